@@ -1,0 +1,163 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/rtrctl/rtrctl/internal/dsn"
+	"github.com/rtrctl/rtrctl/internal/hint"
+	"github.com/rtrctl/rtrctl/pkg/frontier"
+)
+
+// Postgres probes pg_current_wal_insert_lsn().
+type Postgres struct {
+	cfg    *pgx.ConnConfig
+	masked string
+
+	mu   sync.Mutex
+	conn *pgx.Conn
+}
+
+// NewPostgres parses dsn (URL or key=value; empty means the PG* environment
+// variables) without connecting.
+func NewPostgres(dsnStr string) (*Postgres, error) {
+	cfg, err := ParsePostgresDSN(dsnStr)
+	if err != nil {
+		return nil, err
+	}
+	return &Postgres{cfg: cfg, masked: MaskedPostgres(cfg)}, nil
+}
+
+// ParsePostgresDSN parses a PostgreSQL DSN; errors never contain the password.
+func ParsePostgresDSN(dsnStr string) (*pgx.ConnConfig, error) {
+	cfg, err := pgx.ParseConfig(dsnStr)
+	if err != nil {
+		// pgx's parse errors quote the DSN with the password redacted, but
+		// say nothing useful beyond the reason; keep our own wording.
+		reason := err.Error()
+		if i := strings.LastIndex(reason, "`: "); strings.HasPrefix(reason, "cannot parse `") && i > 0 {
+			reason = reason[i+3:]
+		}
+		return nil, hint.Wrap(
+			fmt.Errorf("parse postgres dsn %q: %s: %w", dsn.MaskPG(dsnStr), dsn.Scrub(reason, passwordOf(dsnStr)), dsn.ErrMalformed),
+			"use postgres://user:pass@host:5432/db or \"host=... port=... user=... dbname=...\"")
+	}
+	return cfg, nil
+}
+
+func passwordOf(dsnStr string) string {
+	if cfg, err := pgx.ParseConfig(dsnStr); err == nil {
+		return cfg.Password
+	}
+	return ""
+}
+
+// MaskedPostgres prints a connection config as a URL without its password.
+func MaskedPostgres(cfg *pgx.ConnConfig) string {
+	s := "postgres://"
+	if cfg.User != "" {
+		s += cfg.User
+		if cfg.Password != "" {
+			s += ":xxxxx"
+		}
+		s += "@"
+	}
+	return s + net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))) + "/" + cfg.Database
+}
+
+// ConnectPostgres connects with cfg and turns the usual failures into
+// errors with hints. It checks nothing about the server's settings.
+func ConnectPostgres(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
+	masked := MaskedPostgres(cfg)
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err == nil {
+		return conn, nil
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("connect to %s: %w", masked, ctx.Err())
+	}
+	msg := dsn.Scrub(err.Error(), cfg.Password)
+	var opErr *net.OpError
+	if errors.As(err, &opErr) {
+		msg = opErr.Err.Error() // "connect: connection refused", without pgx's per-address list
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "28P01", "28000":
+			return nil, hint.Wrap(fmt.Errorf("connect to %s: %w for user %q (%s)", masked, errAuth, cfg.User, pgErr.Code),
+				"check the user and password in --dsn (or PGUSER/PGPASSWORD)")
+		case "3D000":
+			return nil, hint.Wrap(fmt.Errorf("connect to %s: %w: database %q does not exist", masked, errConnect, cfg.Database),
+				"check the database name in --dsn (or PGDATABASE)")
+		}
+	}
+	return nil, hint.Wrap(fmt.Errorf("connect to %s: %w: %s", masked, errConnect, msg),
+		fmt.Sprintf("is PostgreSQL running and reachable at %s? check --dsn (or PGHOST/PGPORT)", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))))
+}
+
+var (
+	errConnect = errors.New("cannot connect")
+	errAuth    = errors.New("authentication failed")
+)
+
+// CheckLogical fails with a hint when the server's wal_level is not logical.
+func CheckLogical(ctx context.Context, conn *pgx.Conn) error {
+	var level string
+	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
+		return fmt.Errorf("read wal_level: %w", err)
+	}
+	if level != "logical" {
+		return hint.Wrap(fmt.Errorf("postgres wal_level is %q, but logical replication needs wal_level=logical", level),
+			"run: ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL")
+	}
+	return nil
+}
+
+// Probe returns pg_current_wal_insert_lsn().
+func (p *Postgres) Probe(ctx context.Context) (Result, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn == nil || p.conn.IsClosed() {
+		conn, err := ConnectPostgres(ctx, p.cfg)
+		if err != nil {
+			return Result{}, fmt.Errorf("probe postgres: %w", err)
+		}
+		if err := CheckLogical(ctx, conn); err != nil {
+			conn.Close(context.Background())
+			return Result{}, fmt.Errorf("probe postgres: %w", err)
+		}
+		p.conn = conn
+	}
+	var text string
+	if err := p.conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&text); err != nil {
+		p.conn.Close(context.Background())
+		p.conn = nil
+		return Result{}, fmt.Errorf("probe postgres %s: %w", p.masked, err)
+	}
+	lsn, err := frontier.ParseLSN(text)
+	if err != nil {
+		return Result{}, fmt.Errorf("probe postgres: %w", err)
+	}
+	return Result{Frontier: frontier.Single(frontier.DomainLSN, uint64(lsn)), Native: lsn.String(), Flavor: "postgres"}, nil
+}
+
+// Close closes the connection, if any.
+func (p *Postgres) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn != nil {
+		err := p.conn.Close(context.Background())
+		p.conn = nil
+		return err
+	}
+	return nil
+}
