@@ -1,0 +1,325 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// CompactResult reports what a compaction of one shard did.
+type CompactResult struct {
+	Name string
+	Kind string
+	// Committed reports whether a new manifest version was written.
+	Committed bool
+	// GaveUp reports that a concurrent compaction changed the batches
+	// first; nothing was changed by this one (try again later).
+	GaveUp bool
+	// Merged batch files were replaced by Written new ones.
+	Merged, Written int
+	// RowsBefore and RowsAfter count the rows of the merged batches
+	// before and after consolidation.
+	RowsBefore, RowsAfter int64
+	// OldSince and Since are the since before and after.
+	OldSince, Since uint64
+	// Removed counts files removed: old manifests, unreferenced batches and
+	// stray temporary files.
+	Removed int
+}
+
+// mergeGroup is a run of consecutive batches replaced by out (nil when
+// everything in them cancelled out).
+type mergeGroup struct {
+	files []string
+	in    []BatchMeta
+	out   *BatchMeta
+}
+
+// planMerges picks runs of consecutive batches to merge, size-tiered:
+// scanning oldest to newest, a run is merged into the one after it while
+// the older is at most twice the newer's rows. Afterwards run sizes shrink
+// geometrically towards the newest, so a shard holds O(log rows) batches
+// and each row is rewritten O(log rows) times.
+func planMerges(bs []BatchMeta) [][2]int {
+	type grp struct {
+		lo, hi int
+		rows   int64
+	}
+	var st []grp
+	for i, b := range bs {
+		st = append(st, grp{i, i + 1, max(b.Rows, 1)})
+		for len(st) >= 2 && st[len(st)-2].rows <= 2*st[len(st)-1].rows {
+			a, c := st[len(st)-2], st[len(st)-1]
+			st = append(st[:len(st)-2], grp{a.lo, c.hi, a.rows + c.rows})
+		}
+	}
+	var out [][2]int
+	for _, g := range st {
+		if g.hi-g.lo >= 2 {
+			out = append(out, [2]int{g.lo, g.hi})
+		}
+	}
+	return out
+}
+
+// sinceFor returns the since compaction advances to: upper - Retain, never
+// backwards and never beyond upper-1.
+func (sh *Shard) sinceFor(m *Manifest) uint64 {
+	s := m.Since
+	r := sh.st.opts.Retain
+	if r < 0 || m.Upper == 0 {
+		return s
+	}
+	ms := uint64(r.Milliseconds())
+	if m.Upper > ms {
+		s = max(s, m.Upper-ms)
+	}
+	return min(s, m.Upper-1)
+}
+
+// Compact merges small batches (size-tiered), advances since to
+// upper - Retain, rewrites merged updates at times below since to since and
+// consolidates them, then commits a new manifest under the same
+// compare-and-append rule as appends. Reads at times >= the new since are
+// unchanged. A compaction that loses the race to an append rebases onto
+// it; one that loses to another compaction gives up and removes its files.
+// Finally old manifests, unreferenced batch files and stray temporary
+// files older than the grace period are removed.
+func (sh *Shard) Compact(ctx context.Context) (CompactResult, error) {
+	res := CompactResult{Name: sh.name, Kind: sh.kind}
+	m, err := sh.refresh(ctx)
+	if err != nil {
+		return res, err
+	}
+	since := sh.sinceFor(m)
+	res.OldSince, res.Since = m.Since, m.Since
+	var groups []mergeGroup
+	var ranges [][2]int
+	if sh.kind == kindRemap {
+		if len(m.Batches) >= 2 || (len(m.Batches) == 1 && m.Batches[0].Lower < since) {
+			ranges = [][2]int{{0, len(m.Batches)}}
+		}
+	} else {
+		ranges = planMerges(m.Batches)
+	}
+	cleanup := func() {
+		for _, g := range groups {
+			if g.out != nil {
+				sh.st.fs.Remove(filepath.Join(sh.dir, g.out.File))
+			}
+		}
+	}
+	for _, r := range ranges {
+		in := m.Batches[r[0]:r[1]]
+		var out *BatchMeta
+		var before int64
+		if sh.kind == kindRemap {
+			out, before, err = sh.mergeRemap(ctx, in, since)
+		} else {
+			out, before, err = sh.mergeData(ctx, in, since)
+		}
+		if err != nil {
+			cleanup()
+			return res, fmt.Errorf("compact %s: %w", sh.what(), err)
+		}
+		g := mergeGroup{in: in, out: out}
+		for _, b := range in {
+			g.files = append(g.files, b.File)
+		}
+		groups = append(groups, g)
+		res.RowsBefore += before
+		if out != nil {
+			res.RowsAfter += out.Rows
+		}
+	}
+	if len(groups) > 0 || since != m.Since {
+		for attempt := 0; ; attempt++ {
+			next, ok := applyGroups(m, groups, since)
+			if !ok || attempt > maxCommitRetries {
+				cleanup()
+				res.GaveUp = true
+				break
+			}
+			linked, err := sh.commit(ctx, next)
+			if errors.Is(err, errLostRace) {
+				if m, err = sh.refresh(ctx); err != nil {
+					cleanup()
+					return res, err
+				}
+				continue
+			}
+			if err != nil {
+				// A failed directory sync after the link leaves the commit
+				// in doubt; its batches must stay.
+				if !linked {
+					cleanup()
+				}
+				return res, err
+			}
+			res.Committed, res.Since = true, next.Since
+			for _, g := range groups {
+				res.Merged += len(g.files)
+				if g.out != nil {
+					res.Written++
+				}
+			}
+			break
+		}
+	}
+	n, err := sh.gc(ctx)
+	res.Removed = n
+	if err != nil {
+		return res, fmt.Errorf("compact %s: %w", sh.what(), err)
+	}
+	return res, nil
+}
+
+// applyGroups derives the next manifest from base: each group's batches,
+// which must still be consecutive in base, are replaced by its output; since
+// advances. ok is false when base no longer holds a group's batches (a
+// concurrent compaction replaced them) or base's since is beyond ours.
+func applyGroups(base *Manifest, groups []mergeGroup, since uint64) (*Manifest, bool) {
+	if base.Since > since {
+		return nil, false
+	}
+	next := base.clone()
+	next.Version = base.Version + 1
+	next.Since = since
+	bs := next.Batches
+	for _, g := range groups {
+		at := -1
+		for i := range bs {
+			if bs[i].File == g.files[0] {
+				at = i
+				break
+			}
+		}
+		if at < 0 || at+len(g.files) > len(bs) {
+			return nil, false
+		}
+		for k, f := range g.files {
+			if bs[at+k].File != f {
+				return nil, false
+			}
+		}
+		var repl []BatchMeta
+		if g.out != nil {
+			repl = []BatchMeta{*g.out}
+		}
+		bs = append(append(append([]BatchMeta(nil), bs[:at]...), repl...), bs[at+len(g.files):]...)
+	}
+	next.Batches = bs
+	if next.Batches == nil {
+		next.Batches = []BatchMeta{}
+	}
+	return next, true
+}
+
+// mergeData merges data batches into one: times below since advance to
+// since, then everything is sorted by (row, time) and consolidated. The
+// result is nil when everything cancels.
+func (sh *Shard) mergeData(ctx context.Context, in []BatchMeta, since uint64) (*BatchMeta, int64, error) {
+	rs, err := newRunSet(sh.Schema().Fields())
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rs.release()
+	var es []ent
+	var before int64
+	lower, upper := in[0].Lower, uint64(0)
+	for _, b := range in {
+		upper = max(upper, b.Upper)
+		recs, err := sh.loadBatch(ctx, b)
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, rec := range recs {
+			run := rs.add(rec)
+			rec.Release()
+			before += rec.NumRows()
+			es = append(es, rs.ents(run, 0, ^uint64(0))...)
+		}
+	}
+	for i := range es {
+		if es[i].time < since {
+			es[i].time = since
+		}
+		upper = max(upper, es[i].time+1)
+	}
+	rs.sortRowTime(es)
+	es = rs.consolidateRowTime(es)
+	if len(es) == 0 {
+		return nil, before, nil
+	}
+	rec := rs.build(sh.batchSchema(), es, true)
+	defer rec.Release()
+	meta, err := sh.writeBatch(ctx, rec, lower, upper)
+	if err != nil {
+		return nil, 0, err
+	}
+	return &meta, before, nil
+}
+
+// gc removes manifests older than the kept versions, batch files no kept
+// manifest references, and stray temporary files, when older than the
+// grace period (younger files may belong to a commit in flight elsewhere).
+func (sh *Shard) gc(ctx context.Context) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("clean up: %w", err)
+	}
+	ents, err := sh.st.fs.ReadDir(sh.dir)
+	if err != nil {
+		return 0, fmt.Errorf("clean up: %w", err)
+	}
+	var versions []uint64
+	for _, e := range ents {
+		if v, ok := parseManifestName(e.Name()); ok {
+			versions = append(versions, v)
+		}
+	}
+	sort.Slice(versions, func(i, j int) bool { return versions[i] > versions[j] })
+	removed := 0
+	keep := sh.st.opts.KeepManifests
+	for i, v := range versions {
+		if i >= keep && sh.st.fs.Remove(filepath.Join(sh.dir, manifestName(v))) == nil {
+			removed++
+		}
+	}
+	if len(versions) > keep {
+		versions = versions[:keep]
+	}
+	referenced := map[string]bool{}
+	for _, v := range versions {
+		b, err := readFile(sh.st.fs, filepath.Join(sh.dir, manifestName(v)))
+		if err != nil {
+			// Removed meanwhile by a newer writer: skip batch removal this
+			// time rather than guess.
+			return removed, nil
+		}
+		m, err := decodeManifest(b)
+		if err != nil {
+			return removed, nil
+		}
+		for _, bm := range m.Batches {
+			referenced[bm.File] = true
+		}
+	}
+	now := sh.st.opts.Now()
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".arrow") || strings.HasPrefix(e.Name(), tmpPrefix) || referenced[e.Name()] {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || now.Sub(info.ModTime()) < sh.st.opts.Grace {
+			continue
+		}
+		if sh.st.fs.Remove(filepath.Join(sh.dir, e.Name())) == nil {
+			removed++
+		}
+	}
+	removed += sh.sweepTemps(ents)
+	return removed, nil
+}

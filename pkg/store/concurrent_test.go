@@ -1,0 +1,470 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rtrctl/rtrctl/pkg/frontier"
+)
+
+// TestConcurrentWriters races two writers, each with its own Store handle
+// (as two processes would have), on one shard: every version has exactly
+// one winner, losers get *UpperMismatchError, and the shard holds exactly
+// the winners' updates.
+func TestConcurrentWriters(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	createTest(t, openTest(t, dir, Options{}), "db.t", testFields)
+	const commitsWanted = 60
+	var mu sync.Mutex
+	m := &model{}
+	versions := map[uint64]int{}
+	mismatches := 0
+	var wg sync.WaitGroup
+	for w := 0; w < 2; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			s := openTest(t, dir, Options{})
+			sh, err := s.Shard(ctx, "db.t")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for i := 0; ; i++ {
+				if err := sh.Refresh(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+				up := sh.Upper()
+				if up >= 10*commitsWanted {
+					return
+				}
+				ups := []upd{{[]any{int64(w), fmt.Sprintf("w%d-%d", w, i)}, up + uint64(w), 1}}
+				rec := buildRecord(t, testFields, ups)
+				res, err := sh.Append(ctx, up, up+10, rec)
+				rec.Release()
+				var um *UpperMismatchError
+				switch {
+				case err == nil:
+					mu.Lock()
+					versions[res.Version]++
+					m.ups = append(m.ups, ups...)
+					mu.Unlock()
+				case errors.As(err, &um):
+					if um.Expected != up || um.Actual <= up {
+						t.Errorf("mismatch %+v for expected %d", um, up)
+					}
+					mu.Lock()
+					mismatches++
+					mu.Unlock()
+				default:
+					t.Error(err)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	for v, n := range versions {
+		if n != 1 {
+			t.Fatalf("version %d committed %d times", v, n)
+		}
+	}
+	if len(versions) != commitsWanted {
+		t.Fatalf("%d commits, want %d", len(versions), commitsWanted)
+	}
+	sh, err := openTest(t, dir, Options{}).Shard(ctx, "db.t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkChanges(t, ctx, sh, m, 2, 0, 10*commitsWanted-1)
+	checkAsOf(t, ctx, sh, m, 2, 10*commitsWanted-1)
+	t.Logf("%d commits, %d mismatches", len(versions), mismatches)
+}
+
+// raceFS runs hook before the first Link to a manifest, so a competing
+// writer deterministically takes the version first.
+type raceFS struct {
+	OSFS
+	once sync.Once
+	hook func()
+}
+
+func (f *raceFS) Link(oldpath, newpath string) error {
+	if strings.HasPrefix(filepath.Base(newpath), manifestPrefix) {
+		f.once.Do(f.hook)
+	}
+	return f.OSFS.Link(oldpath, newpath)
+}
+
+// TestLoseManifestRace makes another writer create version N+1 between
+// this writer's batch write and its manifest link.
+func TestLoseManifestRace(t *testing.T) {
+	tests := []struct {
+		name       string
+		competitor func(ctx context.Context, sh *Shard) error
+		wantErr    bool
+	}{
+		{"append wins", func(ctx context.Context, sh *Shard) error {
+			rec := buildRecord(t, testFields, []upd{{[]any{int64(7), "other"}, 10, 1}})
+			defer rec.Release()
+			_, err := sh.Append(ctx, 10, 20, rec)
+			return err
+		}, true},
+		{"compaction wins", func(ctx context.Context, sh *Shard) error {
+			_, err := sh.Compact(ctx)
+			return err
+		}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			base := createTest(t, openTest(t, dir, Options{}), "db.t", testFields)
+			for i := uint64(0); i < 2; i++ {
+				rec := buildRecord(t, testFields, []upd{{[]any{int64(i), "x"}, 5 * i, 1}})
+				if _, err := base.Append(ctx, 5*i, 5*i+5, rec); err != nil {
+					t.Fatal(err)
+				}
+				rec.Release()
+			}
+			other := openTest(t, dir, Options{Retain: 3 * time.Millisecond})
+			osh, err := other.Shard(ctx, "db.t")
+			if err != nil {
+				t.Fatal(err)
+			}
+			rfs := &raceFS{}
+			rfs.hook = func() {
+				if err := tc.competitor(ctx, osh); err != nil {
+					t.Errorf("competitor: %v", err)
+				}
+			}
+			mine := openTest(t, dir, Options{FS: rfs})
+			sh, err := mine.Shard(ctx, "db.t")
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := buildRecord(t, testFields, []upd{{[]any{int64(9), "mine"}, 12, 1}})
+			defer rec.Release()
+			_, err = sh.Append(ctx, 10, 20, rec)
+			var um *UpperMismatchError
+			if tc.wantErr {
+				if !errors.As(err, &um) || um.Expected != 10 || um.Actual != 20 {
+					t.Fatalf("want mismatch expected 10 actual 20, got %v", err)
+				}
+				// The loser's batch file is gone.
+				info, _ := sh.Info(ctx)
+				files := batchFiles(t, info.Dir)
+				if len(files) != len(info.Batches) {
+					t.Fatalf("%d batch files for %d batches: the loser left its batch", len(files), len(info.Batches))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("append after losing to a compaction must retry and succeed: %v", err)
+			}
+			m := &model{ups: []upd{{[]any{int64(0), "x"}, 0, 1}, {[]any{int64(1), "x"}, 5, 1}, {[]any{int64(9), "mine"}, 12, 1}}}
+			checkAsOf(t, ctx, sh, m, 2, 19)
+		})
+	}
+}
+
+func batchFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	ents, err := OSFS{}.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".arrow") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// faultFS fails the n-th call of one operation.
+type faultFS struct {
+	OSFS
+	op   string // "write", "sync", "rename", "link", "syncdir"
+	n    int
+	seen int
+}
+
+var errInjected = errors.New("injected failure")
+
+func (f *faultFS) hit(op string) bool {
+	if op != f.op {
+		return false
+	}
+	f.seen++
+	return f.seen == f.n
+}
+
+func (f *faultFS) CreateTemp(dir, prefix string) (File, error) {
+	file, err := f.OSFS.CreateTemp(dir, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return &faultFile{File: file, fs: f}, nil
+}
+
+func (f *faultFS) Rename(a, b string) error {
+	if f.hit("rename") {
+		return errInjected
+	}
+	return f.OSFS.Rename(a, b)
+}
+
+func (f *faultFS) Link(a, b string) error {
+	if f.hit("link") {
+		return errInjected
+	}
+	return f.OSFS.Link(a, b)
+}
+
+func (f *faultFS) SyncDir(d string) error {
+	if f.hit("syncdir") {
+		return errInjected
+	}
+	return f.OSFS.SyncDir(d)
+}
+
+type faultFile struct {
+	File
+	fs *faultFS
+}
+
+func (f *faultFile) Write(p []byte) (int, error) {
+	if f.fs.hit("write") {
+		return len(p) / 2, errInjected
+	}
+	return f.File.Write(p)
+}
+
+func (f *faultFile) Sync() error {
+	if f.fs.hit("sync") {
+		return errInjected
+	}
+	return f.File.Sync()
+}
+
+// TestInjectedFailures fails each step of an append in turn: the append
+// returns the error and the store is byte for byte as it was, and a
+// retry succeeds.
+func TestInjectedFailures(t *testing.T) {
+	tests := []struct {
+		op string
+		n  int
+	}{
+		{"write", 1},  // batch file
+		{"sync", 1},   // batch file
+		{"rename", 1}, // batch file
+		{"syncdir", 1},
+		{"write", 2}, // manifest
+		{"sync", 2},  // manifest
+		{"link", 1},  // manifest
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%s#%d", tc.op, tc.n), func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			base := createTest(t, openTest(t, dir, Options{}), "db.t", testFields)
+			rec0 := buildRecord(t, testFields, []upd{{[]any{int64(1), "a"}, 1, 1}})
+			if _, err := base.Append(ctx, 0, 10, rec0); err != nil {
+				t.Fatal(err)
+			}
+			rec0.Release()
+			before := snapshotDir(t, dir)
+			ffs := &faultFS{op: tc.op, n: tc.n}
+			sh, err := openTest(t, dir, Options{FS: ffs}).Shard(ctx, "db.t")
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := buildRecord(t, testFields, []upd{{[]any{int64(2), "b"}, 12, 1}})
+			defer rec.Release()
+			_, err = sh.Append(ctx, 10, 20, rec)
+			if !errors.Is(err, errInjected) {
+				t.Fatalf("append error %v, want the injected failure", err)
+			}
+			if after := snapshotDir(t, dir); !equalSnapshots(before, after) {
+				t.Fatalf("store changed by a failed append:\nbefore %v\nafter %v", keys(before), keys(after))
+			}
+			if _, err := sh.Append(ctx, 10, 20, rec); err != nil {
+				t.Fatalf("retry: %v", err)
+			}
+			checkAsOf(t, ctx, sh, &model{ups: []upd{{[]any{int64(1), "a"}, 1, 1}, {[]any{int64(2), "b"}, 12, 1}}}, 2, 19)
+		})
+	}
+}
+
+func keys(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, filepath.Base(k))
+	}
+	return out
+}
+
+// TestCleanup checks that compaction removes old manifests, unreferenced
+// batch files and stray temporary files older than the grace period, and
+// leaves young ones alone.
+func TestCleanup(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	now := time.Now()
+	clock := func() time.Time { return now }
+	s := openTest(t, dir, Options{Grace: time.Minute, Now: clock, KeepManifests: 3, Retain: -1})
+	sh := createTest(t, s, "db.t", testFields)
+	for i := uint64(0); i < 20; i++ {
+		rec := buildRecord(t, testFields, []upd{{[]any{int64(i), "a"}, i, 1}})
+		if _, err := sh.Append(ctx, i, i+1, rec); err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+	}
+	stray := filepath.Join(sh.dir, tmpPrefix+"batch-stray")
+	if err := writeFileForTest(stray); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sh.Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	countFiles := func() (manifests, batches, temps int) {
+		ents, _ := OSFS{}.ReadDir(sh.dir)
+		for _, e := range ents {
+			switch {
+			case strings.HasPrefix(e.Name(), tmpPrefix):
+				temps++
+			case strings.HasPrefix(e.Name(), manifestPrefix):
+				manifests++
+			case strings.HasSuffix(e.Name(), ".arrow"):
+				batches++
+			}
+		}
+		return
+	}
+	info, _ := sh.Info(ctx)
+	mans, bats, temps := countFiles()
+	if mans != 3 || temps != 1 || bats <= len(info.Batches) {
+		t.Fatalf("within grace: %d manifests, %d batch files (%d referenced), %d temps; want 3 manifests, old batches and the temp kept", mans, bats, len(info.Batches), temps)
+	}
+	// Progress appends push the versions that named the merged-away
+	// batches out of the kept window.
+	for i := uint64(20); i < 23; i++ {
+		if _, err := sh.Append(ctx, i, i+1, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(time.Hour)
+	res, err := sh.Compact(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mans, bats, temps = countFiles()
+	if temps != 0 || bats != len(info.Batches) || mans > 3 || res.Removed == 0 {
+		t.Fatalf("after grace: %d manifests, %d batch files for %d batches, %d temps (removed %d)", mans, bats, len(info.Batches), temps, res.Removed)
+	}
+	m := &model{}
+	for i := uint64(0); i < 20; i++ {
+		m.ups = append(m.ups, upd{[]any{int64(i), "a"}, i, 1})
+	}
+	for at := uint64(0); at < 20; at++ {
+		checkAsOf(t, ctx, sh, m, 2, at)
+	}
+}
+
+func writeFileForTest(path string) error {
+	f, err := OSFS{}.CreateTemp(filepath.Dir(path), "x")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return OSFS{}.Rename(f.Name(), path)
+}
+
+func TestBindings(t *testing.T) {
+	ctx := context.Background()
+	kf := func(m map[string]uint64) frontier.Frontier {
+		f, err := frontier.New(frontier.DomainKafka, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	dir := t.TempDir()
+	s := openTest(t, dir, Options{Retain: 25 * time.Millisecond})
+	b1 := []frontier.Binding{{Time: 1, Frontier: frontier.Empty(frontier.DomainKafka)}, {Time: 5, Frontier: kf(map[string]uint64{"0": 3})}}
+	b2 := []frontier.Binding{{Time: 12, Frontier: kf(map[string]uint64{"0": 3, "1": 2})}, {Time: 18, Frontier: kf(map[string]uint64{"0": 9, "1": 2})}}
+	if _, err := s.AppendBindings(ctx, "kafka1", 0, 10, b1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendBindings(ctx, "kafka1", 10, 20, b2); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		lower  uint64
+		upper  uint64
+		bs     []frontier.Binding
+		want   string
+		status AppendStatus
+	}{
+		{"replay equal", 10, 20, b2, "", Skipped},
+		{"replay different", 10, 20, b2[:1], "not a replay", 0},
+		{"not covering durable", 20, 30, []frontier.Binding{{Time: 21, Frontier: kf(map[string]uint64{"0": 8, "1": 2})}}, "does not cover the last durable binding", 0},
+		{"not ascending", 20, 30, []frontier.Binding{{Time: 25, Frontier: kf(map[string]uint64{"0": 9, "1": 2})}, {Time: 25, Frontier: kf(map[string]uint64{"0": 9, "1": 2})}}, "strictly ascend", 0},
+		{"other domain", 20, 30, []frontier.Binding{{Time: 25, Frontier: frontier.Single(frontier.DomainLSN, 5)}}, "domain", 0},
+		{"time outside", 20, 30, []frontier.Binding{{Time: 30, Frontier: kf(map[string]uint64{"0": 9, "1": 2})}}, "outside", 0},
+		{"shrinking", 20, 30, []frontier.Binding{{Time: 21, Frontier: kf(map[string]uint64{"0": 10, "1": 2})}, {Time: 22, Frontier: kf(map[string]uint64{"0": 10})}}, "does not cover", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := s.AppendBindings(ctx, "kafka1", tc.lower, tc.upper, tc.bs)
+			if tc.want == "" {
+				if err != nil || res.Status != tc.status {
+					t.Fatalf("got %+v, %v", res, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+	got, upper, err := s.Bindings(ctx, "kafka1")
+	if err != nil || upper != 20 {
+		t.Fatalf("bindings: upper %d, %v", upper, err)
+	}
+	all := append(append([]frontier.Binding(nil), b1...), b2...)
+	if fmt.Sprint(got) != fmt.Sprint(all) {
+		t.Fatalf("bindings %v, want %v", got, all)
+	}
+	// Compaction at since = 20-25ms... retain 25ms from upper 40.
+	if _, err := s.AppendBindings(ctx, "kafka1", 20, 40, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err = s.Bindings(ctx, "kafka1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// since = 15: keep 18 and the last before it (12).
+	if fmt.Sprint(got) != fmt.Sprint(b2) {
+		t.Fatalf("after compaction %v, want %v", got, b2)
+	}
+	srcs, err := s.Sources(ctx)
+	if err != nil || fmt.Sprint(srcs) != "[kafka1]" {
+		t.Fatalf("sources %v, %v", srcs, err)
+	}
+}

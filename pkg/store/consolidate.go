@@ -1,0 +1,272 @@
+package store
+
+import (
+	"slices"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/memory"
+)
+
+// ent is one update during sorting and consolidation: a reference to row
+// `row` of run `run` of a runSet, with its time, its diff and the prefix of
+// its row key.
+type ent struct {
+	pre  uint64
+	time uint64
+	diff int64
+	run  uint32
+	row  uint32
+}
+
+// runSet holds record batches ("runs") of one user schema, each with
+// `_time` and `_diff` columns, and compares and gathers their rows.
+type runSet struct {
+	user  []arrow.Field
+	cols  []column
+	recs  []arrow.Record
+	times [][]uint64
+	diffs [][]int64
+}
+
+// newRunSet prepares a runSet for the user fields.
+func newRunSet(user []arrow.Field) (*runSet, error) {
+	rs := &runSet{user: user}
+	for _, f := range user {
+		c, err := newColumn(f.Type)
+		if err != nil {
+			return nil, err
+		}
+		rs.cols = append(rs.cols, c)
+	}
+	return rs, nil
+}
+
+// add adds a run: rec's first len(user) columns are the user columns, then
+// _time (uint64) and _diff (int64). The caller checked the schema. The
+// runSet retains rec until release.
+func (rs *runSet) add(rec arrow.Record) int {
+	rec.Retain()
+	rs.recs = append(rs.recs, rec)
+	n := len(rs.user)
+	for i, c := range rs.cols {
+		c.add(rec.Column(i))
+	}
+	rs.times = append(rs.times, fixedValues[uint64](rec.Column(n)))
+	rs.diffs = append(rs.diffs, fixedValues[int64](rec.Column(n+1)))
+	return len(rs.recs) - 1
+}
+
+func fixedValues[T arrow.FixedWidthType](a arrow.Array) []T {
+	v := arrow.GetValues[T](a.Data(), 1)
+	if v == nil && a.Len() > 0 {
+		v = make([]T, a.Len())
+	}
+	return v
+}
+
+func (rs *runSet) release() {
+	for _, r := range rs.recs {
+		r.Release()
+	}
+	rs.recs = nil
+}
+
+// ents returns the updates of run r with lo <= time < hi, in row order.
+func (rs *runSet) ents(r int, lo, hi uint64) []ent {
+	times, diffs := rs.times[r], rs.diffs[r]
+	out := make([]ent, 0, len(times))
+	var pc column
+	if len(rs.cols) > 0 {
+		pc = rs.cols[0]
+	}
+	for i, t := range times {
+		if t < lo || t >= hi {
+			continue
+		}
+		e := ent{time: t, diff: diffs[i], run: uint32(r), row: uint32(i)}
+		if pc != nil {
+			e.pre = pc.prefix(r, i)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// cmpRow compares the rows of two updates.
+func (rs *runSet) cmpRow(a, b *ent) int {
+	if a.pre != b.pre {
+		if a.pre < b.pre {
+			return -1
+		}
+		return 1
+	}
+	return rs.cmpRowSlow(a, b)
+}
+
+func (rs *runSet) cmpRowSlow(a, b *ent) int {
+	for _, c := range rs.cols {
+		if r := c.cmp(int(a.run), int(a.row), int(b.run), int(b.row)); r != 0 {
+			return r
+		}
+	}
+	return 0
+}
+
+// cmpRowTime orders by row, then time.
+func (rs *runSet) cmpRowTime(a, b *ent) int {
+	if a.pre != b.pre {
+		if a.pre < b.pre {
+			return -1
+		}
+		return 1
+	}
+	if r := rs.cmpRowSlow(a, b); r != 0 {
+		return r
+	}
+	switch {
+	case a.time < b.time:
+		return -1
+	case a.time > b.time:
+		return 1
+	}
+	return 0
+}
+
+// cmpTimeRow orders by time, then row.
+func (rs *runSet) cmpTimeRow(a, b *ent) int {
+	switch {
+	case a.time < b.time:
+		return -1
+	case a.time > b.time:
+		return 1
+	}
+	return rs.cmpRow(a, b)
+}
+
+// sortRowTime sorts updates by row then time. It returns quickly when they
+// are sorted already.
+func (rs *runSet) sortRowTime(es []ent) {
+	sorted := true
+	for i := 1; i < len(es); i++ {
+		if rs.cmpRowTime(&es[i-1], &es[i]) > 0 {
+			sorted = false
+			break
+		}
+	}
+	if !sorted {
+		slices.SortFunc(es, func(a, b ent) int { return rs.cmpRowTime(&a, &b) })
+	}
+}
+
+func (rs *runSet) sortTimeRow(es []ent) {
+	slices.SortFunc(es, func(a, b ent) int { return rs.cmpTimeRow(&a, &b) })
+}
+
+// consolidate sums the diffs of adjacent updates that are equal under eq
+// and drops zero sums, in place.
+func consolidate(es []ent, eq func(a, b *ent) bool) []ent {
+	out := es[:0]
+	for i := 0; i < len(es); {
+		e := es[i]
+		j := i + 1
+		for j < len(es) && eq(&e, &es[j]) {
+			e.diff += es[j].diff
+			j++
+		}
+		if e.diff != 0 {
+			out = append(out, e)
+		}
+		i = j
+	}
+	return out
+}
+
+// consolidateRowTime consolidates updates sorted by (row, time) or by
+// (time, row): equal row and time.
+func (rs *runSet) consolidateRowTime(es []ent) []ent {
+	return consolidate(es, func(a, b *ent) bool { return a.time == b.time && rs.cmpRow(a, b) == 0 })
+}
+
+// consolidateRow consolidates updates sorted by row, ignoring time (the
+// time of the first update of each row is kept).
+func (rs *runSet) consolidateRow(es []ent) []ent {
+	return consolidate(es, func(a, b *ent) bool { return rs.cmpRow(a, b) == 0 })
+}
+
+// mergeRows merges lists each sorted by row and consolidated by row into
+// one, summing equal rows and dropping zeros.
+func (rs *runSet) mergeRows(lists [][]ent) []ent {
+	if len(lists) == 0 {
+		return nil
+	}
+	for len(lists) > 1 {
+		var next [][]ent
+		for i := 0; i+1 < len(lists); i += 2 {
+			next = append(next, rs.merge2(lists[i], lists[i+1]))
+		}
+		if len(lists)%2 == 1 {
+			next = append(next, lists[len(lists)-1])
+		}
+		lists = next
+	}
+	return lists[0]
+}
+
+func (rs *runSet) merge2(a, b []ent) []ent {
+	out := make([]ent, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		c := rs.cmpRow(&a[i], &b[j])
+		switch {
+		case c < 0:
+			out = append(out, a[i])
+			i++
+		case c > 0:
+			out = append(out, b[j])
+			j++
+		default:
+			e := a[i]
+			e.diff += b[j].diff
+			if e.diff != 0 {
+				out = append(out, e)
+			}
+			i++
+			j++
+		}
+	}
+	out = append(out, a[i:]...)
+	return append(out, b[j:]...)
+}
+
+// build gathers updates into a record of the user columns, then `_time`
+// (when withTime) and `_diff`.
+func (rs *runSet) build(schema *arrow.Schema, es []ent, withTime bool) arrow.Record {
+	cols := make([]arrow.Array, 0, len(rs.cols)+2)
+	for _, c := range rs.cols {
+		cols = append(cols, c.gather(es))
+	}
+	if withTime {
+		ts := make([]uint64, len(es))
+		for i, e := range es {
+			ts[i] = e.time
+		}
+		cols = append(cols, fixedArray(arrow.PrimitiveTypes.Uint64, ts))
+	}
+	ds := make([]int64, len(es))
+	for i, e := range es {
+		ds[i] = e.diff
+	}
+	cols = append(cols, fixedArray(arrow.PrimitiveTypes.Int64, ds))
+	rec := array.NewRecord(schema, cols, int64(len(es)))
+	for _, c := range cols {
+		c.Release()
+	}
+	return rec
+}
+
+func fixedArray[T arrow.FixedWidthType](dt arrow.DataType, v []T) arrow.Array {
+	d := array.NewData(dt, len(v), []*memory.Buffer{nil, memory.NewBufferBytes(arrow.GetBytes(v))}, nil, 0, 0)
+	defer d.Release()
+	return array.MakeFromData(d)
+}

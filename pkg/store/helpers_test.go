@@ -1,0 +1,323 @@
+package store
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/memory"
+)
+
+// upd is one update of the in-memory model. Row values are int64, string,
+// float64 or nil (null).
+type upd struct {
+	row  []any
+	time uint64
+	diff int64
+}
+
+func rowKey(row []any) string {
+	var b strings.Builder
+	for i, v := range row {
+		if i > 0 {
+			b.WriteByte('|')
+		}
+		switch v := v.(type) {
+		case nil:
+			b.WriteString("∅")
+		case int64:
+			b.WriteString(strconv.FormatInt(v, 10))
+		case string:
+			b.WriteString(strconv.Quote(v))
+		case float64:
+			fmt.Fprintf(&b, "f%x", math.Float64bits(v))
+		case bool:
+			b.WriteString(strconv.FormatBool(v))
+		default:
+			panic(fmt.Sprintf("rowKey: %T", v))
+		}
+	}
+	return b.String()
+}
+
+// cmpVals is the test's own statement of the store's row order.
+func cmpVals(a, b []any) int {
+	for i := range a {
+		x, y := a[i], b[i]
+		switch {
+		case x == nil && y == nil:
+			continue
+		case x == nil:
+			return -1
+		case y == nil:
+			return 1
+		}
+		var c int
+		switch x := x.(type) {
+		case int64:
+			c = cmp.Compare(x, y.(int64))
+		case string:
+			c = strings.Compare(x, y.(string))
+		case float64:
+			c = cmp.Compare(f64key(x), f64key(y.(float64)))
+		}
+		if c != 0 {
+			return c
+		}
+	}
+	return 0
+}
+
+// buildRecord makes a record of the user fields plus _time and _diff.
+func buildRecord(t testing.TB, user []arrow.Field, ups []upd) arrow.Record {
+	t.Helper()
+	fields := append(append([]arrow.Field(nil), user...), timeField, diffField)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, arrow.NewSchema(fields, nil))
+	defer b.Release()
+	for _, u := range ups {
+		for i, v := range u.row {
+			fb := b.Field(i)
+			if v == nil {
+				fb.AppendNull()
+				continue
+			}
+			switch fb := fb.(type) {
+			case *array.Int64Builder:
+				fb.Append(v.(int64))
+			case *array.StringBuilder:
+				fb.Append(v.(string))
+			case *array.Float64Builder:
+				fb.Append(v.(float64))
+			default:
+				t.Fatalf("buildRecord: builder %T", fb)
+			}
+		}
+		b.Field(len(user)).(*array.Uint64Builder).Append(u.time)
+		b.Field(len(user) + 1).(*array.Int64Builder).Append(u.diff)
+	}
+	return b.NewRecord()
+}
+
+// recordRows converts a read result (user columns, then optional _time,
+// then _diff) back into updates.
+func recordRows(t testing.TB, rec arrow.Record, nuser int, withTime bool) []upd {
+	t.Helper()
+	var out []upd
+	n := int(rec.NumRows())
+	diffs := rec.Column(int(rec.NumCols()) - 1).(*array.Int64)
+	var times *array.Uint64
+	if withTime {
+		times = rec.Column(nuser).(*array.Uint64)
+	}
+	for i := 0; i < n; i++ {
+		row := make([]any, nuser)
+		for c := 0; c < nuser; c++ {
+			col := rec.Column(c)
+			if col.IsNull(i) {
+				continue
+			}
+			switch col := col.(type) {
+			case *array.Int64:
+				row[c] = col.Value(i)
+			case *array.String:
+				row[c] = col.Value(i)
+			case *array.Float64:
+				row[c] = col.Value(i)
+			default:
+				t.Fatalf("recordRows: %T", col)
+			}
+		}
+		u := upd{row: row, diff: diffs.Value(i)}
+		if times != nil {
+			u.time = times.Value(i)
+		}
+		out = append(out, u)
+	}
+	return out
+}
+
+// model is the naive in-memory reference.
+type model struct{ ups []upd }
+
+// asOf returns the consolidated contents at t, sorted by row.
+func (m *model) asOf(t uint64) []upd {
+	acc := map[string]*upd{}
+	for _, u := range m.ups {
+		if u.time > t {
+			continue
+		}
+		k := rowKey(u.row)
+		if a := acc[k]; a != nil {
+			a.diff += u.diff
+		} else {
+			c := u
+			c.time = 0
+			acc[k] = &c
+		}
+	}
+	var out []upd
+	for _, a := range acc {
+		if a.diff != 0 {
+			out = append(out, *a)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return cmpVals(out[i].row, out[j].row) < 0 })
+	return out
+}
+
+// changes returns the consolidated updates in (t1, t2], sorted by time
+// then row.
+func (m *model) changes(t1, t2 uint64) []upd {
+	type key struct {
+		k string
+		t uint64
+	}
+	acc := map[key]*upd{}
+	for _, u := range m.ups {
+		if u.time <= t1 || u.time > t2 {
+			continue
+		}
+		k := key{rowKey(u.row), u.time}
+		if a := acc[k]; a != nil {
+			a.diff += u.diff
+		} else {
+			c := u
+			acc[k] = &c
+		}
+	}
+	var out []upd
+	for _, a := range acc {
+		if a.diff != 0 {
+			out = append(out, *a)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].time != out[j].time {
+			return out[i].time < out[j].time
+		}
+		return cmpVals(out[i].row, out[j].row) < 0
+	})
+	return out
+}
+
+func fmtUpds(us []upd) string {
+	var b bytes.Buffer
+	for _, u := range us {
+		fmt.Fprintf(&b, "  %s @%d %+d\n", rowKey(u.row), u.time, u.diff)
+	}
+	return b.String()
+}
+
+// equalUpds compares exactly, including order.
+func equalUpds(a, b []upd, withTime bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if rowKey(a[i].row) != rowKey(b[i].row) || a[i].diff != b[i].diff || (withTime && a[i].time != b[i].time) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkAsOf compares a ReadAsOf with the model.
+func checkAsOf(t testing.TB, ctx context.Context, sh *Shard, m *model, nuser int, at uint64) {
+	t.Helper()
+	rec, err := sh.ReadAsOf(ctx, at)
+	if err != nil {
+		t.Fatalf("read as of %d: %v", at, err)
+	}
+	defer rec.Release()
+	got := recordRows(t, rec, nuser, false)
+	want := m.asOf(at)
+	if !equalUpds(got, want, false) {
+		t.Fatalf("read as of %d:\ngot\n%swant\n%s", at, fmtUpds(got), fmtUpds(want))
+	}
+}
+
+func checkChanges(t testing.TB, ctx context.Context, sh *Shard, m *model, nuser int, t1, t2 uint64) {
+	t.Helper()
+	rec, err := sh.Changes(ctx, t1, t2)
+	if err != nil {
+		t.Fatalf("changes (%d, %d]: %v", t1, t2, err)
+	}
+	defer rec.Release()
+	got := recordRows(t, rec, nuser, true)
+	want := m.changes(t1, t2)
+	if !equalUpds(got, want, true) {
+		t.Fatalf("changes (%d, %d]:\ngot\n%swant\n%s", t1, t2, fmtUpds(got), fmtUpds(want))
+	}
+}
+
+// randSchema returns 1-4 columns of int64/utf8/float64, some nullable.
+func randSchema(r *rand.Rand) []arrow.Field {
+	n := 1 + r.IntN(4)
+	var fs []arrow.Field
+	for i := 0; i < n; i++ {
+		var dt arrow.DataType
+		switch r.IntN(3) {
+		case 0:
+			dt = arrow.PrimitiveTypes.Int64
+		case 1:
+			dt = arrow.BinaryTypes.String
+		default:
+			dt = arrow.PrimitiveTypes.Float64
+		}
+		fs = append(fs, arrow.Field{Name: fmt.Sprintf("c%d", i), Type: dt, Nullable: r.IntN(2) == 0})
+	}
+	return fs
+}
+
+// randRow draws values from small domains so rows collide often.
+func randRow(r *rand.Rand, fs []arrow.Field) []any {
+	row := make([]any, len(fs))
+	for i, f := range fs {
+		if f.Nullable && r.IntN(5) == 0 {
+			continue
+		}
+		switch f.Type.ID() {
+		case arrow.INT64:
+			row[i] = int64(r.IntN(7)) - 3
+		case arrow.STRING:
+			row[i] = []string{"", "a", "ab", "abcdefgh", "abcdefghi", "b\x00", "zz"}[r.IntN(7)]
+		case arrow.FLOAT64:
+			row[i] = []float64{0, math.Copysign(0, -1), 1.5, -2, math.Inf(1), math.NaN()}[r.IntN(6)]
+		}
+	}
+	return row
+}
+
+// testSchema is the fixed schema of most tests: k int64, s utf8 (nullable).
+var testFields = []arrow.Field{
+	{Name: "k", Type: arrow.PrimitiveTypes.Int64},
+	{Name: "s", Type: arrow.BinaryTypes.String, Nullable: true},
+}
+
+func openTest(t testing.TB, dir string, opts Options) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), dir, opts)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	return s
+}
+
+func createTest(t testing.TB, s *Store, name string, fields []arrow.Field) *Shard {
+	t.Helper()
+	md := arrow.NewMetadata([]string{"rtr.key"}, []string{fields[0].Name})
+	sh, err := s.CreateShard(context.Background(), name, arrow.NewSchema(fields, &md))
+	if err != nil {
+		t.Fatalf("create shard: %v", err)
+	}
+	return sh
+}

@@ -1,0 +1,212 @@
+package store
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/ipc"
+
+	"github.com/rtrctl/rtrctl/pkg/frontier"
+)
+
+// FormatVersion is the version of the store format this package writes
+// and reads (rtrstore.json and every manifest carry it).
+const FormatVersion = 1
+
+// Shard kinds.
+const (
+	kindData  = "data"
+	kindRemap = "remap"
+)
+
+// Manifest is one version of a shard's metadata. Version N is stored in
+// the file MANIFEST-<N, 20 digits>.json in the shard's directory; the
+// highest version present is current. Manifests are immutable once written.
+type Manifest struct {
+	// Format is FormatVersion.
+	Format int `json:"format"`
+	// Kind is "data" for a collection, "remap" for a source's bindings.
+	Kind string `json:"kind"`
+	// Name is the collection or source name (unescaped).
+	Name string `json:"name"`
+	// Version is N, equal to the number in the file name.
+	Version uint64 `json:"version"`
+	// Schema is the user schema (without _time and _diff) as an Arrow IPC
+	// stream holding only the schema message, base64 (standard, padded).
+	// It round-trips field names, types, nullability and metadata exactly.
+	Schema string `json:"schema"`
+	// Columns is the same schema in readable form; Schema is authoritative.
+	Columns []ColumnInfo `json:"columns"`
+	// Since: reads at times >= since are exact; times below it may have
+	// been advanced to since by compaction.
+	Since uint64 `json:"since"`
+	// Upper: every update at a time < upper is durable; none at or after.
+	Upper uint64 `json:"upper"`
+	// Batches are the shard's batch files, in order of lower.
+	Batches []BatchMeta `json:"batches"`
+	// Errors are the definite errors, in order of time.
+	Errors []ErrorMeta `json:"errors,omitempty"`
+	// Domain is the time domain of a remap shard's frontiers ("" until the
+	// first binding).
+	Domain frontier.Domain `json:"domain,omitempty"`
+	// LastBinding is a remap shard's latest binding, for validating the
+	// next append without reading batches.
+	LastBinding *BindingJSON `json:"last_binding,omitempty"`
+}
+
+// ColumnInfo describes one user column.
+type ColumnInfo struct {
+	Name     string `json:"name"`
+	Type     string `json:"type"`
+	Nullable bool   `json:"nullable"`
+}
+
+// BatchMeta describes one immutable batch file.
+type BatchMeta struct {
+	// File is the file name within the shard directory.
+	File string `json:"file"`
+	// Lower and Upper bound the batch's times: lower <= _time < upper.
+	Lower uint64 `json:"lower"`
+	Upper uint64 `json:"upper"`
+	// Rows is the number of rows; Bytes the file size.
+	Rows  int64 `json:"rows"`
+	Bytes int64 `json:"bytes"`
+	// CRC32C is the Castagnoli CRC-32 of the whole file.
+	CRC32C uint32 `json:"crc32c"`
+}
+
+// ErrorMeta is a definite error.
+type ErrorMeta struct {
+	Time    uint64 `json:"time"`
+	Message string `json:"message"`
+}
+
+// BindingJSON is a binding in a manifest.
+type BindingJSON struct {
+	Time     uint64            `json:"time"`
+	Frontier frontier.Frontier `json:"frontier"`
+}
+
+// manifestPrefix and manifestSuffix frame a manifest file name.
+const (
+	manifestPrefix = "MANIFEST-"
+	manifestSuffix = ".json"
+)
+
+// manifestName returns the file name of version v.
+func manifestName(v uint64) string {
+	return fmt.Sprintf("%s%020d%s", manifestPrefix, v, manifestSuffix)
+}
+
+// parseManifestName returns the version of a manifest file name.
+func parseManifestName(name string) (uint64, bool) {
+	if !strings.HasPrefix(name, manifestPrefix) || !strings.HasSuffix(name, manifestSuffix) {
+		return 0, false
+	}
+	s := name[len(manifestPrefix) : len(name)-len(manifestSuffix)]
+	if len(s) != 20 {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || v == 0 {
+		return 0, false
+	}
+	return v, true
+}
+
+// encodeManifest renders a manifest (pure).
+func encodeManifest(m *Manifest) ([]byte, error) {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode manifest: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+// decodeManifest parses and checks a manifest (pure).
+func decodeManifest(b []byte) (*Manifest, error) {
+	var m Manifest
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("decode manifest: %w", err)
+	}
+	if m.Format != FormatVersion {
+		return nil, fmt.Errorf("decode manifest: format version %d, this rtrctl reads version %d; use a matching rtrctl", m.Format, FormatVersion)
+	}
+	if m.Kind != kindData && m.Kind != kindRemap {
+		return nil, fmt.Errorf("decode manifest: unknown shard kind %q", m.Kind)
+	}
+	if m.Since > m.Upper || (m.Upper > 0 && m.Since >= m.Upper) {
+		return nil, fmt.Errorf("decode manifest: since %d is not below upper %d", m.Since, m.Upper)
+	}
+	for i, b := range m.Batches {
+		if b.Lower >= b.Upper || b.Upper > m.Upper {
+			return nil, fmt.Errorf("decode manifest: batch %s has interval [%d, %d) outside [0, %d)", b.File, b.Lower, b.Upper, m.Upper)
+		}
+		if i > 0 && b.Lower < m.Batches[i-1].Lower {
+			return nil, fmt.Errorf("decode manifest: batches not in order of lower at %s", b.File)
+		}
+		if strings.ContainsAny(b.File, `/\`) || b.File == "" || b.File[0] == '.' {
+			return nil, fmt.Errorf("decode manifest: bad batch file name %q", b.File)
+		}
+	}
+	return &m, nil
+}
+
+// clone returns a deep copy to derive the next version from.
+func (m *Manifest) clone() *Manifest {
+	c := *m
+	c.Columns = slicesClone(m.Columns)
+	c.Batches = slicesClone(m.Batches)
+	c.Errors = slicesClone(m.Errors)
+	if m.LastBinding != nil {
+		lb := *m.LastBinding
+		c.LastBinding = &lb
+	}
+	return &c
+}
+
+func slicesClone[T any](s []T) []T {
+	if s == nil {
+		return nil
+	}
+	return append([]T(nil), s...)
+}
+
+// encodeSchema serializes a schema as base64 of an IPC stream with only
+// the schema message.
+func encodeSchema(s *arrow.Schema) (string, error) {
+	var buf bytes.Buffer
+	w := ipc.NewWriter(&buf, ipc.WithSchema(s))
+	if err := w.Close(); err != nil {
+		return "", fmt.Errorf("encode schema: %w", err)
+	}
+	return base64.StdEncoding.EncodeToString(buf.Bytes()), nil
+}
+
+// decodeSchema reverses encodeSchema.
+func decodeSchema(s string) (*arrow.Schema, error) {
+	raw, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("decode schema: %w", err)
+	}
+	r, err := ipc.NewReader(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("decode schema: %w", err)
+	}
+	defer r.Release()
+	return r.Schema(), nil
+}
+
+func columnInfos(s *arrow.Schema) []ColumnInfo {
+	out := make([]ColumnInfo, 0, s.NumFields())
+	for _, f := range s.Fields() {
+		out = append(out, ColumnInfo{Name: f.Name, Type: f.Type.String(), Nullable: f.Nullable})
+	}
+	return out
+}

@@ -1,0 +1,123 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestPropertyAgainstModel runs random appends (with retractions and
+// progress-only steps) and compactions with random retention, and checks
+// every read at every time in [since, upper), and changes over random
+// intervals, against a naive in-memory model.
+func TestPropertyAgainstModel(t *testing.T) {
+	for seed := uint64(1); seed <= 12; seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			ctx := context.Background()
+			r := rand.New(rand.NewPCG(seed, 99))
+			fields := randSchema(r)
+			dir := t.TempDir()
+			s := openTest(t, dir, Options{Retain: -1})
+			sh := createTest(t, s, "prop.t", fields)
+			m := &model{}
+			var live []upd // rows currently present, for retractions
+			upper := uint64(0)
+			for step := 0; step < 40; step++ {
+				width := uint64(1 + r.IntN(6))
+				var ups []upd
+				if r.IntN(4) != 0 {
+					for i := r.IntN(12); i > 0; i-- {
+						t0 := upper + uint64(r.IntN(int(width)))
+						if len(live) > 0 && r.IntN(3) == 0 {
+							k := r.IntN(len(live))
+							ups = append(ups, upd{live[k].row, t0, -1})
+							live = append(live[:k], live[k+1:]...)
+							continue
+						}
+						row := randRow(r, fields)
+						d := int64(1 + r.IntN(2))
+						ups = append(ups, upd{row, t0, d})
+						for j := int64(0); j < d; j++ {
+							live = append(live, upd{row: row})
+						}
+					}
+				}
+				rec := buildRecord(t, fields, ups)
+				if _, err := sh.Append(ctx, upper, upper+width, rec); err != nil {
+					t.Fatalf("step %d: append: %v", step, err)
+				}
+				rec.Release()
+				m.ups = append(m.ups, ups...)
+				upper += width
+				compacted := r.IntN(5) == 0
+				if compacted {
+					// Compact through a second handle with a random retention.
+					retain := time.Duration(r.IntN(int(upper)+2)) * time.Millisecond
+					cs := openTest(t, dir, Options{Retain: retain, Grace: time.Nanosecond})
+					csh, err := cs.Shard(ctx, "prop.t")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := csh.Compact(ctx); err != nil {
+						t.Fatalf("step %d: compact: %v", step, err)
+					}
+				}
+				if err := sh.Refresh(ctx); err != nil {
+					t.Fatal(err)
+				}
+				since := sh.Since()
+				if compacted || step == 39 {
+					for at := since; at < upper; at++ {
+						checkAsOf(t, ctx, sh, m, len(fields), at)
+					}
+				} else {
+					for i := 0; i < 4; i++ {
+						checkAsOf(t, ctx, sh, m, len(fields), since+uint64(r.IntN(int(upper-since))))
+					}
+				}
+				for i := 0; i < 3; i++ {
+					t1 := since + uint64(r.IntN(int(upper-since)))
+					t2 := t1 + uint64(r.IntN(int(upper-t1)))
+					checkChanges(t, ctx, sh, m, len(fields), t1, t2)
+				}
+			}
+			info, err := sh.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(info.Batches) > 12 {
+				t.Errorf("%d batches after compactions; size-tiered merging should keep few", len(info.Batches))
+			}
+		})
+	}
+}
+
+func TestPlanMerges(t *testing.T) {
+	tests := []struct {
+		name string
+		rows []int64
+		want [][2]int
+	}{
+		{"none", nil, nil},
+		{"one", []int64{5}, nil},
+		{"two equal", []int64{5, 5}, [][2]int{{0, 2}}},
+		{"big then small", []int64{100, 1}, nil},
+		{"big then many small", []int64{100, 10, 10, 10, 10}, [][2]int{{1, 4}}},
+		{"geometric tail stays", []int64{64, 16, 4, 1}, nil},
+		{"small then big", []int64{1, 100}, [][2]int{{0, 2}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var bs []BatchMeta
+			for _, r := range tc.rows {
+				bs = append(bs, BatchMeta{Rows: r})
+			}
+			got := planMerges(bs)
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("plan = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

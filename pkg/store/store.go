@@ -1,0 +1,307 @@
+// Package store is rtrctl's durable store: a directory of collections of
+// updates (row, time, diff) on the system clock (milliseconds since the Unix
+// epoch), plus one remap shard per source holding its reclocking bindings.
+//
+// Each collection is a shard: immutable Arrow IPC batch files, each covering
+// a system-time interval [lower, upper) and sorted by row then time, and a
+// versioned JSON manifest naming them. Writers commit by compare-and-append:
+// the batch is written and synced under a temporary name and renamed, then
+// manifest version N+1 is created exclusively (a hard link that fails when
+// the name exists), then the directory is synced. The highest manifest
+// version is current, so a crash at any instant leaves either the old or
+// the new version readable, and of two concurrent writers exactly one wins
+// each version; the other gets an *UpperMismatchError.
+//
+// A collection's contents at time t are all updates with time <= t,
+// consolidated. Reads are exact at every t in [since, upper): compaction
+// merges batches, advances times below since to since and consolidates, and
+// never changes such a read. See docs/format-store.md for the format.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/apache/arrow/go/v17/arrow"
+)
+
+// Defaults of Options.
+const (
+	DefaultRetain        = time.Hour
+	DefaultGrace         = 10 * time.Minute
+	DefaultKeepManifests = 8
+)
+
+// Options configure a Store. The zero value is usable.
+type Options struct {
+	// Retain is how much history compaction keeps readable: since advances
+	// to upper - Retain (never beyond upper-1). Zero means DefaultRetain;
+	// a negative value keeps all history (since never advances).
+	Retain time.Duration
+	// FS is the filesystem; nil means OSFS.
+	FS FS
+	// KeepManifests is how many manifest versions to keep; older ones are
+	// removed. Zero means DefaultKeepManifests; at least 2 are kept.
+	KeepManifests int
+	// Grace is how old an unreferenced batch file or a temporary file must
+	// be before it is removed: younger ones may belong to an append in
+	// flight in another process. Zero means DefaultGrace.
+	Grace time.Duration
+	// Now is the clock used for file ages; nil means time.Now.
+	Now func() time.Time
+}
+
+func (o Options) withDefaults() Options {
+	if o.Retain == 0 {
+		o.Retain = DefaultRetain
+	}
+	if o.FS == nil {
+		o.FS = OSFS{}
+	}
+	if o.KeepManifests == 0 {
+		o.KeepManifests = DefaultKeepManifests
+	}
+	o.KeepManifests = max(o.KeepManifests, 2)
+	if o.Grace == 0 {
+		o.Grace = DefaultGrace
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// Store is an open store directory. It is safe for concurrent use, and
+// several processes may open the same directory: every commit is a
+// compare-and-append on the filesystem.
+type Store struct {
+	dir  string
+	opts Options
+	fs   FS
+
+	mu     sync.Mutex
+	shards map[string]*Shard // by kind + "/" + name
+}
+
+// Subdirectories and files of a store.
+const (
+	storeFile = "rtrstore.json"
+	dataDir   = "shards"
+	remapDir  = "remap"
+)
+
+// storeMeta is rtrstore.json.
+type storeMeta struct {
+	Format  int    `json:"format"`
+	Created string `json:"created"`
+}
+
+// Open opens the store in dir, creating it on first use.
+func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
+	opts = opts.withDefaults()
+	s := &Store{dir: dir, opts: opts, fs: opts.FS, shards: map[string]*Shard{}}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	for _, d := range []string{dir, filepath.Join(dir, dataDir), filepath.Join(dir, remapDir)} {
+		if err := s.fs.MkdirAll(d); err != nil {
+			return nil, fmt.Errorf("open store %s: %w", dir, err)
+		}
+	}
+	path := filepath.Join(dir, storeFile)
+	b, err := readFile(s.fs, path)
+	if errors.Is(err, fs.ErrNotExist) {
+		meta, _ := json.MarshalIndent(storeMeta{Format: FormatVersion, Created: opts.Now().UTC().Format(time.RFC3339)}, "", "  ")
+		tmp, werr := writeTemp(s.fs, dir, storeFile, append(meta, '\n'))
+		if werr != nil {
+			return nil, fmt.Errorf("open store %s: %w", dir, werr)
+		}
+		lerr := s.fs.Link(tmp, path)
+		s.fs.Remove(tmp)
+		if lerr != nil && !errors.Is(lerr, fs.ErrExist) {
+			return nil, fmt.Errorf("open store %s: %w", dir, lerr)
+		}
+		if serr := s.fs.SyncDir(dir); serr != nil {
+			return nil, fmt.Errorf("open store %s: %w", dir, serr)
+		}
+		b, err = readFile(s.fs, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	var meta storeMeta
+	if err := json.Unmarshal(b, &meta); err != nil {
+		return nil, fmt.Errorf("open store %s: %s is not a store file (%v); point --store at an rtrctl store directory", dir, storeFile, err)
+	}
+	if meta.Format != FormatVersion {
+		return nil, fmt.Errorf("open store %s: format version %d, this rtrctl reads version %d; use a matching rtrctl", dir, meta.Format, FormatVersion)
+	}
+	return s, nil
+}
+
+// Dir returns the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Collections lists the collections (data shards), sorted.
+func (s *Store) Collections(ctx context.Context) ([]string, error) {
+	return s.list(ctx, dataDir)
+}
+
+// Sources lists the sources with a remap shard, sorted.
+func (s *Store) Sources(ctx context.Context) ([]string, error) {
+	return s.list(ctx, remapDir)
+}
+
+func (s *Store) list(ctx context.Context, sub string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("list %s: %w", sub, err)
+	}
+	ents, err := s.fs.ReadDir(filepath.Join(s.dir, sub))
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", sub, err)
+	}
+	var out []string
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		name, err := unescapeName(e.Name())
+		if err != nil {
+			continue
+		}
+		// Only shards with a manifest exist; a bare directory is a create
+		// that did not finish.
+		files, err := s.fs.ReadDir(filepath.Join(s.dir, sub, e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", sub, err)
+		}
+		for _, f := range files {
+			if _, ok := parseManifestName(f.Name()); ok {
+				out = append(out, name)
+				break
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// Shard opens an existing collection. It fails with an error wrapping
+// ErrNotFound when there is none.
+func (s *Store) Shard(ctx context.Context, name string) (*Shard, error) {
+	sh, err := s.handle(kindData, name)
+	if err != nil {
+		return nil, fmt.Errorf("open collection %s: %w", name, err)
+	}
+	if _, err := sh.refresh(ctx); err != nil {
+		return nil, err
+	}
+	return sh, nil
+}
+
+// CreateShard creates a collection with the given user schema (the
+// columns, without _time and _diff; if they are present they are dropped),
+// or opens it when it exists with an equal schema. Schema metadata (such
+// as rtr.key) is stored with it.
+func (s *Store) CreateShard(ctx context.Context, name string, schema *arrow.Schema) (*Shard, error) {
+	user, err := userSchema(schema)
+	if err != nil {
+		return nil, fmt.Errorf("create collection %s: %w", name, err)
+	}
+	for _, f := range user.Fields() {
+		if _, err := newColumn(f.Type); err != nil {
+			return nil, fmt.Errorf("create collection %s: column %q: %w", name, f.Name, err)
+		}
+	}
+	sh, err := s.handle(kindData, name)
+	if err != nil {
+		return nil, fmt.Errorf("create collection %s: %w", name, err)
+	}
+	if err := sh.create(ctx, user); err != nil {
+		return nil, err
+	}
+	return sh, nil
+}
+
+// userSchema drops _time and _diff (which must have their types).
+func userSchema(s *arrow.Schema) (*arrow.Schema, error) {
+	if s == nil {
+		return nil, fmt.Errorf("no schema given: %w", ErrInvalid)
+	}
+	var fs []arrow.Field
+	for _, f := range s.Fields() {
+		switch f.Name {
+		case TimeColumn:
+			if !arrow.TypeEqual(f.Type, arrow.PrimitiveTypes.Uint64) {
+				return nil, fmt.Errorf("column _time is %s, want uint64 (milliseconds since the Unix epoch): %w", f.Type, ErrInvalid)
+			}
+			continue
+		case DiffColumn:
+			if !arrow.TypeEqual(f.Type, arrow.PrimitiveTypes.Int64) {
+				return nil, fmt.Errorf("column _diff is %s, want int64: %w", f.Type, ErrInvalid)
+			}
+			continue
+		}
+		fs = append(fs, f)
+	}
+	md := s.Metadata()
+	return arrow.NewSchema(fs, &md), nil
+}
+
+// handle returns the cached handle of a shard (without touching disk).
+func (s *Store) handle(kind, name string) (*Shard, error) {
+	esc, err := escapeName(name)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := kind + "/" + name
+	if sh := s.shards[key]; sh != nil {
+		return sh, nil
+	}
+	sub := dataDir
+	if kind == kindRemap {
+		sub = remapDir
+	}
+	sh := &Shard{st: s, name: name, kind: kind, dir: filepath.Join(s.dir, sub, esc)}
+	s.shards[key] = sh
+	return sh, nil
+}
+
+// Compact compacts every shard (collections and remap shards) and reports
+// what it did per shard.
+func (s *Store) Compact(ctx context.Context) ([]CompactResult, error) {
+	var out []CompactResult
+	for _, kind := range []string{kindData, kindRemap} {
+		var names []string
+		var err error
+		if kind == kindData {
+			names, err = s.Collections(ctx)
+		} else {
+			names, err = s.Sources(ctx)
+		}
+		if err != nil {
+			return out, fmt.Errorf("compact store: %w", err)
+		}
+		for _, n := range names {
+			sh, err := s.handle(kind, n)
+			if err != nil {
+				return out, fmt.Errorf("compact store: %w", err)
+			}
+			r, err := sh.Compact(ctx)
+			if err != nil {
+				return out, fmt.Errorf("compact store: %w", err)
+			}
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
