@@ -15,6 +15,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -44,7 +46,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	defer stop()
 
 	app := newApp(stdin, stdout, stderr)
-	err := app.RunContext(ctx, args)
+	err := app.RunContext(ctx, permuteArgs(app, args))
 	return exitStatus(ctx, err, stderr)
 }
 
@@ -170,6 +172,8 @@ Exit statuses:
 		Commands: []*cli.Command{
 			versionCommand(),
 			frontierCommand(),
+			storeCommand(),
+			readCommand(),
 			devCommand(),
 		},
 	}
@@ -218,4 +222,83 @@ func versionCommand() *cli.Command {
 			return err
 		},
 	}
+}
+
+// permuteArgs moves a command's flags in front of its positional
+// arguments, so `rtrctl read DIR COLL --as-of T` works like
+// `rtrctl read --as-of T DIR COLL` (urfave/cli stops parsing flags at the
+// first positional argument). Everything after "--" stays positional.
+func permuteArgs(app *cli.App, args []string) []string {
+	if len(args) < 2 {
+		return args
+	}
+	out := []string{args[0]}
+	i := 1
+	// Global flags, then the command path.
+	for i < len(args) && strings.HasPrefix(args[i], "-") {
+		out = append(out, args[i])
+		if takesValue(app.Flags, args[i]) && i+1 < len(args) {
+			i++
+			out = append(out, args[i])
+		}
+		i++
+	}
+	cmds := app.Commands
+	var cmd *cli.Command
+	for i < len(args) {
+		next := findCommand(cmds, args[i])
+		if next == nil {
+			break
+		}
+		cmd = next
+		out = append(out, args[i])
+		cmds = cmd.Subcommands
+		i++
+	}
+	if cmd == nil {
+		return append(out, args[i:]...)
+	}
+	var flags, pos []string
+	for ; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			pos = append(pos, args[i:]...)
+			i = len(args)
+		case strings.HasPrefix(a, "-") && a != "-":
+			flags = append(flags, a)
+			if takesValue(cmd.Flags, a) && i+1 < len(args) {
+				i++
+				flags = append(flags, args[i])
+			}
+		default:
+			pos = append(pos, a)
+		}
+	}
+	return append(append(out, flags...), pos...)
+}
+
+func findCommand(cmds []*cli.Command, name string) *cli.Command {
+	for _, c := range cmds {
+		if c.Name == name || slices.Contains(c.Aliases, name) {
+			return c
+		}
+	}
+	return nil
+}
+
+// takesValue reports whether the flag token a (e.g. "--as-of", "-o") names
+// a flag that takes a separate value.
+func takesValue(flags []cli.Flag, a string) bool {
+	name := strings.TrimLeft(a, "-")
+	if strings.Contains(name, "=") {
+		return false
+	}
+	for _, f := range flags {
+		if slices.Contains(f.Names(), name) {
+			_, isBool := f.(*cli.BoolFlag)
+			return !isBool
+		}
+	}
+	return false
 }

@@ -56,7 +56,13 @@ type Options struct {
 	Grace time.Duration
 	// Now is the clock used for file ages; nil means time.Now.
 	Now func() time.Time
+	// MustExist makes Open fail with ErrNoStore instead of creating a new
+	// store (readers use it, so a typo does not create an empty store).
+	MustExist bool
 }
+
+// ErrNoStore is returned by Open with MustExist when dir holds no store.
+var ErrNoStore = errors.New("no rtrctl store here")
 
 func (o Options) withDefaults() Options {
 	if o.Retain == 0 {
@@ -110,12 +116,20 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
+	path := filepath.Join(dir, storeFile)
+	if _, err := readFile(s.fs, path); errors.Is(err, fs.ErrNotExist) {
+		if opts.MustExist {
+			return nil, fmt.Errorf("open store %s: %w (create one with 'rtrctl store append' or 'rtrctl ingest')", dir, ErrNoStore)
+		}
+		if names, err := s.fs.ReadDir(dir); err == nil && len(names) > 0 {
+			return nil, fmt.Errorf("open store %s: the directory is not empty and holds no %s; point the store at an empty or new directory: %w", dir, storeFile, ErrNoStore)
+		}
+	}
 	for _, d := range []string{dir, filepath.Join(dir, dataDir), filepath.Join(dir, remapDir)} {
 		if err := s.fs.MkdirAll(d); err != nil {
 			return nil, fmt.Errorf("open store %s: %w", dir, err)
 		}
 	}
-	path := filepath.Join(dir, storeFile)
 	b, err := readFile(s.fs, path)
 	if errors.Is(err, fs.ErrNotExist) {
 		meta, _ := json.MarshalIndent(storeMeta{Format: FormatVersion, Created: opts.Now().UTC().Format(time.RFC3339)}, "", "  ")

@@ -1,0 +1,180 @@
+// Package render prints Arrow records for people and scripts: an aligned
+// table, CSV with a header row, or JSON Lines. It is presentation only.
+package render
+
+import (
+	"bufio"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+)
+
+// Formats lists the text formats.
+var Formats = []string{"table", "csv", "json"}
+
+// Rows writes rec in format (table, csv or json). repeat, when not nil,
+// gives how many times to print each row (a multiplicity); rows with a
+// repeat of 0 are skipped.
+func Rows(w io.Writer, format string, rec arrow.Record, repeat func(row int) int64) error {
+	switch format {
+	case "table":
+		return table(w, rec, repeat)
+	case "csv":
+		return csvRows(w, rec, repeat)
+	case "json":
+		return jsonRows(w, rec, repeat)
+	}
+	return fmt.Errorf("render: unknown format %q (want table, csv or json)", format)
+}
+
+func times(repeat func(int) int64, i int) int64 {
+	if repeat == nil {
+		return 1
+	}
+	return repeat(i)
+}
+
+// Value prints one value as text; nulls are "".
+func Value(col arrow.Array, i int) string {
+	if col.IsNull(i) {
+		return ""
+	}
+	switch c := col.(type) {
+	case *array.String:
+		return c.Value(i)
+	case *array.LargeString:
+		return c.Value(i)
+	case *array.Binary:
+		return fmt.Sprintf("\\x%x", c.Value(i))
+	case *array.LargeBinary:
+		return fmt.Sprintf("\\x%x", c.Value(i))
+	case *array.FixedSizeBinary:
+		return fmt.Sprintf("\\x%x", c.Value(i))
+	case *array.Timestamp:
+		unit := c.DataType().(*arrow.TimestampType).Unit
+		return c.Value(i).ToTime(unit).Format("2006-01-02 15:04:05.999999999Z07:00")
+	case *array.Date32:
+		return c.Value(i).ToTime().Format("2006-01-02")
+	}
+	return col.ValueStr(i)
+}
+
+func table(w io.Writer, rec arrow.Record, repeat func(int) int64) error {
+	n := int(rec.NumCols())
+	rows := [][]string{}
+	header := make([]string, n)
+	for j := 0; j < n; j++ {
+		header[j] = rec.ColumnName(j)
+	}
+	rows = append(rows, header)
+	for i := 0; i < int(rec.NumRows()); i++ {
+		row := make([]string, n)
+		for j := 0; j < n; j++ {
+			if rec.Column(j).IsNull(i) {
+				row[j] = "NULL"
+			} else {
+				row[j] = strings.ReplaceAll(Value(rec.Column(j), i), "\n", `\n`)
+			}
+		}
+		for k := int64(0); k < times(repeat, i); k++ {
+			rows = append(rows, row)
+		}
+	}
+	width := make([]int, n)
+	for _, r := range rows {
+		for j, v := range r {
+			width[j] = max(width[j], utf8.RuneCountInString(v))
+		}
+	}
+	bw := bufio.NewWriter(w)
+	for _, r := range rows {
+		for j, v := range r {
+			if j > 0 {
+				bw.WriteString("  ")
+			}
+			bw.WriteString(v)
+			if j < n-1 {
+				bw.WriteString(strings.Repeat(" ", width[j]-utf8.RuneCountInString(v)))
+			}
+		}
+		bw.WriteByte('\n')
+	}
+	return bw.Flush()
+}
+
+func csvRows(w io.Writer, rec arrow.Record, repeat func(int) int64) error {
+	cw := csv.NewWriter(w)
+	n := int(rec.NumCols())
+	header := make([]string, n)
+	for j := 0; j < n; j++ {
+		header[j] = rec.ColumnName(j)
+	}
+	if err := cw.Write(header); err != nil {
+		return err
+	}
+	row := make([]string, n)
+	for i := 0; i < int(rec.NumRows()); i++ {
+		for j := 0; j < n; j++ {
+			row[j] = Value(rec.Column(j), i)
+		}
+		for k := int64(0); k < times(repeat, i); k++ {
+			if err := cw.Write(row); err != nil {
+				return err
+			}
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+func jsonRows(w io.Writer, rec arrow.Record, repeat func(int) int64) error {
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	n := int(rec.NumCols())
+	for i := 0; i < int(rec.NumRows()); i++ {
+		obj := make(orderedRow, n)
+		for j := 0; j < n; j++ {
+			obj[j] = kv{rec.ColumnName(j), rec.Column(j).GetOneForMarshal(i)}
+		}
+		for k := int64(0); k < times(repeat, i); k++ {
+			if err := enc.Encode(obj); err != nil {
+				return err
+			}
+		}
+	}
+	return bw.Flush()
+}
+
+type kv struct {
+	k string
+	v any
+}
+
+// orderedRow marshals as a JSON object with keys in column order.
+type orderedRow []kv
+
+func (r orderedRow) MarshalJSON() ([]byte, error) {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, e := range r {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(e.k)
+		b.Write(k)
+		b.WriteByte(':')
+		v, err := json.Marshal(e.v)
+		if err != nil {
+			return nil, err
+		}
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return []byte(b.String()), nil
+}
