@@ -172,6 +172,7 @@ Exit statuses:
 		Commands: []*cli.Command{
 			versionCommand(),
 			frontierCommand(),
+			reclockCommand(),
 			storeCommand(),
 			readCommand(),
 			devCommand(),

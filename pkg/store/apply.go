@@ -182,7 +182,18 @@ func (s *Store) ApplyPipe(ctx context.Context, r *pipe.Reader, mem memory.Alloca
 			}
 			targets := []string{h.Collection}
 			if h.Collection == "" {
-				targets = order
+				targets = append([]string{}, order...)
+				if h.Source != "" {
+					more, err := s.SourceCollections(ctx, h.Source)
+					if err != nil {
+						return st, fmt.Errorf("apply pipe: %w", err)
+					}
+					for _, c := range more {
+						if pend[c] == nil {
+							targets = append(targets, c)
+						}
+					}
+				}
 			}
 			for _, c := range targets {
 				p := pend[c]
@@ -240,6 +251,26 @@ func (s *Store) ApplyPipe(ctx context.Context, r *pipe.Reader, mem memory.Alloca
 		}
 	}
 	return st, nil
+}
+
+// SourceCollections returns the collections whose data came from source
+// (their schema's rtr.source).
+func (s *Store) SourceCollections(ctx context.Context, source string) ([]string, error) {
+	names, err := s.Collections(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range names {
+		sh, err := s.Shard(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		if src, ok := sh.Schema().Metadata().GetValue(pipe.KeySource); ok && src == source {
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }
 
 // checkSchema compares a data stream's schema with what the pipe said

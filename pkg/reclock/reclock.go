@@ -1,0 +1,455 @@
+// Package reclock maps a source's updates from source time onto the
+// store's system clock (milliseconds since the Unix epoch).
+//
+// It writes bindings (t_sys, F), each saying "by system time t_sys the
+// source had reached frontier F", to the store's remap shard for the
+// source, and only then releases the updates they bind. An update at
+// source time s gets the first binding time t whose frontier is strictly
+// beyond s (F[s.Partition] > s.Pos). Bindings only grow (a later binding's
+// frontier covers every earlier one's) and system time never goes
+// backwards, even when the wall clock does.
+//
+// Because bindings are durable before the data at their times, a restart
+// that replays source updates finds the same bindings and assigns the same
+// system times: the output is definite. docs/reclocking.md states the rule
+// and the argument.
+package reclock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/memory"
+
+	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/pipe"
+	"github.com/rtrctl/rtrctl/pkg/store"
+)
+
+// DefaultInterval is the least time between two minted bindings.
+const DefaultInterval = 100 * time.Millisecond
+
+// Output receives reclocked updates, in order: for each binding, first the
+// binding, then the data at its time, then the progress past it.
+type Output interface {
+	// Binding is called once a binding is durable in the remap shard.
+	Binding(b frontier.Binding) error
+	// Data receives system-time updates of one collection: the user
+	// columns, _time (system ms) and _diff. The record is released after
+	// the call; retain it to keep it.
+	Data(collection string, schema *arrow.Schema, rec arrow.Record) error
+	// Error is a definite error of a collection from system time t on.
+	Error(collection string, t uint64, msg string) error
+	// Progress says every collection of the source is complete below
+	// upper (system ms).
+	Progress(upper uint64) error
+}
+
+// Options configure a Reclocker.
+type Options struct {
+	// Interval is the least time between two minted bindings; zero means
+	// DefaultInterval.
+	Interval time.Duration
+	// Now is the wall clock; nil means time.Now.
+	Now func() time.Time
+	// Mem allocates the output records; nil means the default allocator.
+	Mem memory.Allocator
+}
+
+// Reclocker reclocks one source. It is not safe for concurrent use.
+type Reclocker struct {
+	st     *store.Store
+	source string
+	domain frontier.Domain
+	opts   Options
+	out    Output
+
+	bindings   []frontier.Binding // durable, ascending
+	remapUpper uint64
+	progress   frontier.Frontier // the source's progress so far
+	lastMint   time.Time
+	pending    []held // updates not yet bound
+	errs       []heldErr
+}
+
+type heldErr struct {
+	collection string
+	at         frontier.Time
+	msg        string
+	next       bool // bind at the next binding (partitioned domains)
+}
+
+type held struct {
+	collection string
+	schema     *arrow.Schema // output schema: user columns + _time + _diff
+	rec        arrow.Record  // input record
+	times      *array.Uint64
+	parts      *array.String // nil for unpartitioned domains
+}
+
+// New loads the source's durable bindings from st and returns a
+// Reclocker writing to out.
+func New(ctx context.Context, st *store.Store, source string, domain frontier.Domain, out Output, opts Options) (*Reclocker, error) {
+	if opts.Interval <= 0 {
+		opts.Interval = DefaultInterval
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Mem == nil {
+		opts.Mem = memory.DefaultAllocator
+	}
+	r := &Reclocker{st: st, source: source, domain: domain, opts: opts, out: out, progress: frontier.Empty(domain)}
+	bs, upper, err := st.Bindings(ctx, source)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("reclock %s: %w", source, err)
+	}
+	for _, b := range bs {
+		if b.Frontier.Domain() != domain {
+			return nil, fmt.Errorf("reclock %s: the store binds this source in time domain %s, but the input is in %s; use another --source name", source, b.Frontier.Domain(), domain)
+		}
+	}
+	r.bindings, r.remapUpper = bs, upper
+	if n := len(bs); n > 0 {
+		r.progress = bs[n-1].Frontier
+	}
+	return r, nil
+}
+
+// Bindings returns the durable bindings (do not modify).
+func (r *Reclocker) Bindings() []frontier.Binding { return r.bindings }
+
+// Progress returns the source progress seen so far (including what
+// durable bindings say).
+func (r *Reclocker) Progress() frontier.Frontier { return r.progress }
+
+// Data takes source-time updates of one collection (a pipe data record:
+// user columns, _time, _diff and, for partitioned domains, _partition).
+// Updates already covered by a durable binding are released at once at
+// its time (a replay); the others wait for the next binding beyond them.
+func (r *Reclocker) Data(ctx context.Context, collection string, rec arrow.Record) error {
+	if rec.NumRows() == 0 {
+		return nil
+	}
+	h, err := r.hold(collection, rec)
+	if err != nil {
+		return err
+	}
+	// Rows bound by durable bindings go out now; the rest wait.
+	var waitRows []int
+	byBinding := map[int][]int{}
+	for i := 0; i < int(rec.NumRows()); i++ {
+		t := h.timeOf(i)
+		if k := r.firstBeyond(t); k >= 0 {
+			byBinding[k] = append(byBinding[k], i)
+		} else {
+			waitRows = append(waitRows, i)
+		}
+	}
+	if len(byBinding) > 0 {
+		keys := make([]int, 0, len(byBinding))
+		for k := range byBinding {
+			keys = append(keys, k)
+		}
+		sort.Ints(keys)
+		for _, k := range keys {
+			if err := r.emit(h, byBinding[k], r.bindings[k].Time); err != nil {
+				return err
+			}
+		}
+	}
+	if len(waitRows) == int(rec.NumRows()) {
+		rec.Retain()
+		r.pending = append(r.pending, h)
+		return nil
+	}
+	if len(waitRows) > 0 {
+		sub, err := take(rec, waitRows, r.opts.Mem)
+		if err != nil {
+			return err
+		}
+		h2, err := r.hold(collection, sub)
+		if err != nil {
+			sub.Release()
+			return err
+		}
+		r.pending = append(r.pending, h2)
+	}
+	return nil
+}
+
+// Error takes a definite error of a collection at source time at; it is
+// released at the time of the first binding beyond at.
+//
+// Error times of partitioned domains carry no partition; their errors are
+// released at the next binding.
+func (r *Reclocker) Error(ctx context.Context, collection string, at frontier.Time, msg string) error {
+	if r.domain.Partitioned() {
+		r.errs = append(r.errs, heldErr{collection: collection, at: at, msg: msg, next: true})
+		return nil
+	}
+	if k := r.firstBeyond(at); k >= 0 {
+		return r.out.Error(collection, r.bindings[k].Time, msg)
+	}
+	r.errs = append(r.errs, heldErr{collection: collection, at: at, msg: msg})
+	return nil
+}
+
+// SourceProgress records that the source is complete below f. A binding is
+// minted now if f is beyond the last binding and the interval since the
+// last mint has passed; otherwise at a later Tick.
+func (r *Reclocker) SourceProgress(ctx context.Context, f frontier.Frontier) error {
+	if f.Domain() != r.domain {
+		return fmt.Errorf("reclock %s: progress in domain %s, want %s", r.source, f.Domain(), r.domain)
+	}
+	j, err := frontier.Join(r.progress, f)
+	if err != nil {
+		return fmt.Errorf("reclock %s: %w", r.source, err)
+	}
+	r.progress = j
+	return r.Tick(ctx, false)
+}
+
+// Tick mints a binding if the source progressed beyond the last binding
+// and the interval has passed (or now is true: a recency request waits).
+func (r *Reclocker) Tick(ctx context.Context, now bool) error {
+	if n := len(r.bindings); n > 0 && r.bindings[n-1].Frontier.Covers(r.progress) {
+		return nil // nothing new to bind
+	}
+	if r.progress.IsEmpty() {
+		return nil
+	}
+	wall := r.opts.Now()
+	if !now && !r.lastMint.IsZero() && wall.Sub(r.lastMint) < r.opts.Interval {
+		return nil
+	}
+	return r.mint(ctx, wall)
+}
+
+// Pending reports whether source progress is waiting to be bound.
+func (r *Reclocker) Pending() bool {
+	n := len(r.bindings)
+	return !r.progress.IsEmpty() && (n == 0 || !r.bindings[n-1].Frontier.Covers(r.progress))
+}
+
+// mint makes the binding (t, progress) durable, then releases every held
+// update it binds, then reports progress t+1.
+func (r *Reclocker) mint(ctx context.Context, wall time.Time) error {
+	t := uint64(wall.UnixMilli())
+	if n := len(r.bindings); n > 0 && t <= r.bindings[n-1].Time {
+		t = r.bindings[n-1].Time + 1 // never backwards, even if the wall clock is
+	}
+	if t < r.remapUpper {
+		t = r.remapUpper
+	}
+	b := frontier.Binding{Time: t, Frontier: r.progress}
+	if _, err := r.st.AppendBindings(ctx, r.source, r.remapUpper, t+1, []frontier.Binding{b}); err != nil {
+		return fmt.Errorf("reclock %s: persist binding at %d: %w", r.source, t, err)
+	}
+	r.bindings = append(r.bindings, b)
+	r.remapUpper = t + 1
+	r.lastMint = wall
+	if err := r.out.Binding(b); err != nil {
+		return err
+	}
+	k := len(r.bindings) - 1
+	var still []held
+	for _, h := range r.pending {
+		var bound, wait []int
+		for i := 0; i < int(h.rec.NumRows()); i++ {
+			if r.firstBeyond(h.timeOf(i)) == k {
+				bound = append(bound, i)
+			} else {
+				wait = append(wait, i)
+			}
+		}
+		if len(bound) > 0 {
+			if err := r.emit(h, bound, t); err != nil {
+				return err
+			}
+		}
+		if len(wait) == 0 {
+			h.rec.Release()
+			continue
+		}
+		if len(bound) == 0 {
+			still = append(still, h)
+			continue
+		}
+		sub, err := take(h.rec, wait, r.opts.Mem)
+		h.rec.Release()
+		if err != nil {
+			return err
+		}
+		h2, err := r.hold(h.collection, sub)
+		if err != nil {
+			return err
+		}
+		still = append(still, h2)
+	}
+	r.pending = still
+	var stillErrs []heldErr
+	for _, e := range r.errs {
+		if e.next || r.firstBeyond(e.at) == k {
+			if err := r.out.Error(e.collection, t, e.msg); err != nil {
+				return err
+			}
+			continue
+		}
+		stillErrs = append(stillErrs, e)
+	}
+	r.errs = stillErrs
+	return r.out.Progress(t + 1)
+}
+
+// firstBeyond returns the index of the first durable binding whose
+// frontier is beyond t, or -1. Frontiers only grow, so beyond-ness is
+// monotone in the index: binary search.
+func (r *Reclocker) firstBeyond(t frontier.Time) int {
+	k := sort.Search(len(r.bindings), func(i int) bool { return r.bindings[i].Frontier.Beyond(t) })
+	if k == len(r.bindings) {
+		return -1
+	}
+	return k
+}
+
+// Close releases held updates. Updates not yet bound are dropped: they
+// will be replayed by the source after a restart.
+func (r *Reclocker) Close() {
+	for _, h := range r.pending {
+		h.rec.Release()
+	}
+	r.pending = nil
+}
+
+func (r *Reclocker) hold(collection string, rec arrow.Record) (held, error) {
+	s := rec.Schema()
+	ti := s.FieldIndices(pipe.ColTime)
+	di := s.FieldIndices(pipe.ColDiff)
+	if len(ti) != 1 || len(di) != 1 {
+		return held{}, fmt.Errorf("reclock %s: data of %s lacks _time or _diff", r.source, collection)
+	}
+	h := held{collection: collection, rec: rec, times: rec.Column(ti[0]).(*array.Uint64)}
+	if r.domain.Partitioned() {
+		pi := s.FieldIndices(pipe.ColPartition)
+		if len(pi) != 1 {
+			return held{}, fmt.Errorf("reclock %s: data of %s lacks _partition", r.source, collection)
+		}
+		h.parts = rec.Column(pi[0]).(*array.String)
+	}
+	var fields []arrow.Field
+	for _, f := range s.Fields() {
+		switch f.Name {
+		case pipe.ColTime, pipe.ColDiff, pipe.ColPartition:
+			continue
+		}
+		fields = append(fields, f)
+	}
+	md := s.Metadata()
+	h.schema = pipe.DataSchema(fields, frontier.DomainSystem, systemMetadata(md))
+	return h, nil
+}
+
+// systemMetadata rewrites a data stream's metadata for system time.
+func systemMetadata(md arrow.Metadata) arrow.Metadata {
+	keys, vals := append([]string{}, md.Keys()...), append([]string{}, md.Values()...)
+	for i, k := range keys {
+		if k == pipe.KeyTime {
+			vals[i] = string(frontier.DomainSystem)
+		}
+	}
+	return arrow.NewMetadata(keys, vals)
+}
+
+func (h held) timeOf(i int) frontier.Time {
+	t := frontier.Time{Pos: h.times.Value(i)}
+	if h.parts != nil {
+		t.Partition = h.parts.Value(i)
+	}
+	return t
+}
+
+// emit writes rows of h at system time t.
+func (r *Reclocker) emit(h held, rows []int, t uint64) error {
+	sub, err := take(h.rec, rows, r.opts.Mem)
+	if err != nil {
+		return err
+	}
+	defer sub.Release()
+	s := sub.Schema()
+	cols := make([]arrow.Array, 0, h.schema.NumFields())
+	var diff arrow.Array
+	for i, f := range s.Fields() {
+		switch f.Name {
+		case pipe.ColTime, pipe.ColPartition:
+			continue
+		case pipe.ColDiff:
+			diff = sub.Column(i)
+			continue
+		}
+		cols = append(cols, sub.Column(i))
+	}
+	tb := array.NewUint64Builder(r.opts.Mem)
+	defer tb.Release()
+	for range rows {
+		tb.Append(t)
+	}
+	times := tb.NewArray()
+	defer times.Release()
+	cols = append(cols, times, diff)
+	out := array.NewRecord(h.schema, cols, int64(len(rows)))
+	defer out.Release()
+	return r.out.Data(h.collection, h.schema, out)
+}
+
+// take returns the rows of rec at the given indices.
+func take(rec arrow.Record, rows []int, mem memory.Allocator) (arrow.Record, error) {
+	if len(rows) == int(rec.NumRows()) {
+		rec.Retain()
+		return rec, nil
+	}
+	// Runs of consecutive rows become slices; concatenate them.
+	var parts []arrow.Record
+	for i := 0; i < len(rows); {
+		j := i + 1
+		for j < len(rows) && rows[j] == rows[j-1]+1 {
+			j++
+		}
+		parts = append(parts, rec.NewSlice(int64(rows[i]), int64(rows[j-1]+1)))
+		i = j
+	}
+	defer func() {
+		for _, p := range parts {
+			p.Release()
+		}
+	}()
+	if len(parts) == 1 {
+		parts[0].Retain()
+		return parts[0], nil
+	}
+	cols := make([]arrow.Array, rec.NumCols())
+	for c := range cols {
+		arrs := make([]arrow.Array, len(parts))
+		for k, p := range parts {
+			arrs[k] = p.Column(c)
+		}
+		a, err := array.Concatenate(arrs, mem)
+		if err != nil {
+			for _, done := range cols[:c] {
+				done.Release()
+			}
+			return nil, fmt.Errorf("reclock: select rows: %w", err)
+		}
+		cols[c] = a
+	}
+	out := array.NewRecord(rec.Schema(), cols, int64(len(rows)))
+	for _, c := range cols {
+		c.Release()
+	}
+	return out, nil
+}

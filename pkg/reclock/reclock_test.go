@@ -1,0 +1,292 @@
+package reclock
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/memory"
+
+	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/pipe"
+	"github.com/rtrctl/rtrctl/pkg/store"
+)
+
+// recorder is an Output that remembers everything, and checks that every
+// data and error time has a durable binding in the store when it arrives.
+type recorder struct {
+	t      *testing.T
+	st     *store.Store
+	source string
+	events []string
+	rows   []row
+}
+
+type row struct {
+	coll string
+	id   int64
+	t    uint64
+	diff int64
+}
+
+func (r *recorder) durable(t uint64) {
+	bs, _, err := r.st.Bindings(context.Background(), r.source)
+	if err != nil {
+		r.t.Fatalf("read bindings: %v", err)
+	}
+	for _, b := range bs {
+		if b.Time == t {
+			return
+		}
+	}
+	r.t.Fatalf("output at system time %d before its binding was durable (bindings %v)", t, bs)
+}
+
+func (r *recorder) Binding(b frontier.Binding) error {
+	r.durable(b.Time)
+	r.events = append(r.events, fmt.Sprintf("binding %d %s", b.Time, b.Frontier))
+	return nil
+}
+
+func (r *recorder) Data(coll string, schema *arrow.Schema, rec arrow.Record) error {
+	ids := rec.Column(0).(*array.Int64)
+	times := rec.Column(1).(*array.Uint64)
+	diffs := rec.Column(2).(*array.Int64)
+	if schema.Field(1).Name != pipe.ColTime || schema.Field(2).Name != pipe.ColDiff || schema.NumFields() != 3 {
+		r.t.Fatalf("output schema %v", schema)
+	}
+	for i := 0; i < int(rec.NumRows()); i++ {
+		r.durable(times.Value(i))
+		r.rows = append(r.rows, row{coll, ids.Value(i), times.Value(i), diffs.Value(i)})
+	}
+	r.events = append(r.events, fmt.Sprintf("data %s %d rows", coll, rec.NumRows()))
+	return nil
+}
+
+func (r *recorder) Error(coll string, t uint64, msg string) error {
+	r.durable(t)
+	r.events = append(r.events, fmt.Sprintf("error %s %d %s", coll, t, msg))
+	return nil
+}
+
+func (r *recorder) Progress(upper uint64) error {
+	r.events = append(r.events, fmt.Sprintf("progress %d", upper))
+	return nil
+}
+
+// clock is a settable wall clock.
+type clock struct{ now time.Time }
+
+func (c *clock) Now() time.Time { return c.now }
+
+func srcRecord(t *testing.T, d frontier.Domain, ups ...[3]int64) arrow.Record {
+	t.Helper()
+	h := pipe.Header{Kind: pipe.KindData, Collection: "public.t", Source: "pg", Domain: d}
+	schema := pipe.DataSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}}, d, h.Metadata())
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	for _, u := range ups { // id, source time, diff; partition "p<id%2>"
+		b.Field(0).(*array.Int64Builder).Append(u[0])
+		b.Field(1).(*array.Uint64Builder).Append(uint64(u[1]))
+		b.Field(2).(*array.Int64Builder).Append(u[2])
+		if d.Partitioned() {
+			b.Field(3).(*array.StringBuilder).Append(fmt.Sprintf("p%d", u[0]%2))
+		}
+	}
+	return b.NewRecord()
+}
+
+func openStore(t *testing.T, dir string) *store.Store {
+	st, err := store.Open(context.Background(), dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func lsn(n uint64) frontier.Frontier { return frontier.Single(frontier.DomainLSN, n) }
+
+func TestAssignmentRule(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st := openStore(t, dir)
+	clk := &clock{now: time.UnixMilli(1_000_000)}
+	out := &recorder{t: t, st: st, source: "pg"}
+	rc, err := New(ctx, st, "pg", frontier.DomainLSN, out, Options{Now: clk.Now, Interval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Snapshot rows at source time 0, then changes at 10 and 20.
+	feed := func(rec arrow.Record) {
+		if err := rc.Data(ctx, "public.t", rec); err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+	}
+	feed(srcRecord(t, frontier.DomainLSN, [3]int64{1, 0, 1}, [3]int64{2, 0, 1}))
+	if len(out.rows) != 0 {
+		t.Fatal("data released before any binding")
+	}
+	if err := rc.SourceProgress(ctx, lsn(1)); err != nil { // time 0 complete
+		t.Fatal(err)
+	}
+	feed(srcRecord(t, frontier.DomainLSN, [3]int64{3, 10, 1}, [3]int64{1, 20, -1}))
+	clk.now = clk.now.Add(50 * time.Millisecond)
+	if err := rc.SourceProgress(ctx, lsn(15)); err != nil {
+		t.Fatal(err)
+	}
+	if len(rc.Bindings()) != 1 {
+		t.Fatalf("a second binding was minted within the interval: %v", rc.Bindings())
+	}
+	clk.now = clk.now.Add(60 * time.Millisecond)
+	if err := rc.Tick(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	clk.now = clk.now.Add(200 * time.Millisecond)
+	if err := rc.SourceProgress(ctx, lsn(21)); err != nil {
+		t.Fatal(err)
+	}
+	want := []row{
+		{"public.t", 1, 1_000_000, 1}, {"public.t", 2, 1_000_000, 1}, // F=1 is beyond 0
+		{"public.t", 3, 1_000_110, 1},  // F=15 is beyond 10, not 20
+		{"public.t", 1, 1_000_310, -1}, // F=21 is beyond 20
+	}
+	if !reflect.DeepEqual(out.rows, want) {
+		t.Fatalf("rows %v\nwant %v\nevents %v", out.rows, want, out.events)
+	}
+	wantEvents := []string{
+		"binding 1000000 0/1", "data public.t 2 rows", "progress 1000001",
+		"binding 1000110 0/F", "data public.t 1 rows", "progress 1000111",
+		"binding 1000310 0/15", "data public.t 1 rows", "progress 1000311",
+	}
+	if !reflect.DeepEqual(out.events, wantEvents) {
+		t.Fatalf("events %v\nwant %v", out.events, wantEvents)
+	}
+}
+
+func TestReplayIsDefinite(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	input := func(rc *Reclocker, clk *clock) {
+		steps := []struct {
+			rec  [][3]int64
+			prog uint64
+		}{
+			{[][3]int64{{1, 0, 1}, {2, 0, 1}}, 1},
+			{[][3]int64{{3, 5, 1}}, 6},
+			{[][3]int64{{1, 7, -1}, {4, 7, 1}}, 9},
+			{[][3]int64{{5, 12, 1}}, 13},
+		}
+		for _, s := range steps {
+			rec := srcRecord(t, frontier.DomainLSN, s.rec...)
+			if err := rc.Data(ctx, "public.t", rec); err != nil {
+				t.Fatal(err)
+			}
+			rec.Release()
+			clk.now = clk.now.Add(time.Second)
+			if err := rc.SourceProgress(ctx, lsn(s.prog)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	st := openStore(t, dir)
+	clk := &clock{now: time.UnixMilli(5_000_000)}
+	first := &recorder{t: t, st: st, source: "pg"}
+	rc, err := New(ctx, st, "pg", frontier.DomainLSN, first, Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	input(rc, clk)
+
+	// Restart: a new process, a wall clock that went backwards, the same
+	// input replayed from the start.
+	st2 := openStore(t, dir)
+	clk2 := &clock{now: time.UnixMilli(1_000)}
+	second := &recorder{t: t, st: st2, source: "pg"}
+	rc2, err := New(ctx, st2, "pg", frontier.DomainLSN, second, Options{Now: clk2.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	input(rc2, clk2)
+	if !reflect.DeepEqual(first.rows, second.rows) {
+		t.Fatalf("replay assigned other times:\nfirst  %v\nsecond %v", first.rows, second.rows)
+	}
+	if len(rc2.Bindings()) != len(rc.Bindings()) {
+		t.Fatalf("replay minted new bindings: %v", rc2.Bindings())
+	}
+
+	// New progress after the replay: time keeps going forward although the
+	// wall clock is far behind.
+	rec := srcRecord(t, frontier.DomainLSN, [3]int64{6, 20, 1})
+	if err := rc2.Data(ctx, "public.t", rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Release()
+	if err := rc2.SourceProgress(ctx, lsn(21)); err != nil {
+		t.Fatal(err)
+	}
+	last := second.rows[len(second.rows)-1]
+	prev := first.rows[len(first.rows)-1]
+	if last.id != 6 || last.t <= prev.t {
+		t.Fatalf("new update at %d, not after %d", last.t, prev.t)
+	}
+}
+
+func TestPartitionedDomain(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t, t.TempDir())
+	clk := &clock{now: time.UnixMilli(7_000)}
+	out := &recorder{t: t, st: st, source: "k"}
+	rc, err := New(ctx, st, "k", frontier.DomainKafka, out, Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ids 1,3 are on partition p1, ids 2,4 on p0.
+	rec := srcRecord(t, frontier.DomainKafka, [3]int64{1, 0, 1}, [3]int64{2, 0, 1}, [3]int64{3, 1, 1}, [3]int64{4, 1, 1})
+	if err := rc.Data(ctx, "public.t", rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Release()
+	f, _ := frontier.New(frontier.DomainKafka, map[string]uint64{"p1": 2, "p0": 1})
+	if err := rc.SourceProgress(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	// p1 is complete through offset 1; p0 only through 0: id 4 waits.
+	got := map[int64]bool{}
+	for _, r := range out.rows {
+		got[r.id] = true
+	}
+	if !got[1] || !got[2] || !got[3] || got[4] {
+		t.Fatalf("released %v, want ids 1,2,3 only", out.rows)
+	}
+	clk.now = clk.now.Add(time.Second)
+	f2, _ := frontier.New(frontier.DomainKafka, map[string]uint64{"p1": 2, "p0": 2})
+	if err := rc.SourceProgress(ctx, f2); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(out.rows); n != 4 || out.rows[3].id != 4 || out.rows[3].t != 8_000 {
+		t.Fatalf("rows %v", out.rows)
+	}
+}
+
+func TestDomainMismatchAfterRestart(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st := openStore(t, dir)
+	out := &recorder{t: t, st: st, source: "pg"}
+	rc, err := New(ctx, st, "pg", frontier.DomainLSN, out, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.SourceProgress(ctx, lsn(5)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(ctx, openStore(t, dir), "pg", frontier.DomainKafka, out, Options{})
+	if err == nil {
+		t.Fatal("a kafka reclocker on a source bound in lsn time was accepted")
+	}
+}
