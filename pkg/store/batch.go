@@ -39,11 +39,7 @@ func withColumns(user *arrow.Schema, extra ...arrow.Field) *arrow.Schema {
 func encodeBatch(rec arrow.Record) ([]byte, error) {
 	size := 1 << 16
 	for _, c := range rec.Columns() {
-		for _, b := range c.Data().Buffers() {
-			if b != nil {
-				size += b.Len() + 64
-			}
-		}
+		size += dataSize(c.Data())
 	}
 	mf := &memFile{buf: make([]byte, 0, size)}
 	w, err := ipc.NewFileWriter(mf, ipc.WithSchema(rec.Schema()))
@@ -57,6 +53,21 @@ func encodeBatch(rec arrow.Record) ([]byte, error) {
 		return nil, fmt.Errorf("encode batch: %w", err)
 	}
 	return mf.buf, nil
+}
+
+// dataSize estimates the encoded size of an array's buffers, children
+// (list elements) included.
+func dataSize(d arrow.ArrayData) int {
+	n := 0
+	for _, b := range d.Buffers() {
+		if b != nil {
+			n += b.Len() + 64
+		}
+	}
+	for _, ch := range d.Children() {
+		n += dataSize(ch)
+	}
+	return n
 }
 
 // decodeBatch checks a batch file's checksum and decodes its records,

@@ -21,8 +21,10 @@ import (
 // The row order is the store's sort order: column by column, nulls first,
 // integers numerically, floats by IEEE-754 total order (so -0 < +0 and NaNs
 // are ordered by payload), strings and binaries bytewise, booleans false
-// before true. Two rows are the same row exactly when every column compares
-// equal.
+// before true, month-day-nano intervals field by field (months, then days,
+// then nanoseconds), lists lexicographically by element (so null < [] <
+// [x] < [x, y] < [y]). Two rows are the same row exactly when every column
+// compares equal.
 type column interface {
 	// add appends a run: the column's array in that run.
 	add(arr arrow.Array)
@@ -36,7 +38,7 @@ type column interface {
 }
 
 // supportedTypes is listed in error messages.
-const supportedTypes = "bool, int8-64, uint8-64, float32/64, utf8, large_utf8, binary, large_binary, fixed_size_binary, date32/64, time32/64, timestamp, duration, decimal128"
+const supportedTypes = "bool, int8-64, uint8-64, float32/64, utf8, large_utf8, binary, large_binary, fixed_size_binary, date32/64, time32/64, timestamp, duration, decimal128, month_day_nano_interval, and list/large_list of any of these (nested lists too)"
 
 // newColumn returns the column implementation for a data type.
 func newColumn(dt arrow.DataType) (column, error) {
@@ -82,6 +84,12 @@ func newColumn(dt arrow.DataType) (column, error) {
 		return &varCol[int64]{dt: dt}, nil
 	case arrow.FIXED_SIZE_BINARY:
 		return &fsbCol{dt: dt, width: dt.(*arrow.FixedSizeBinaryType).ByteWidth}, nil
+	case arrow.INTERVAL_MONTH_DAY_NANO:
+		return &fixedCol[arrow.MonthDayNanoInterval]{dt: dt, cmpf: cmpMonthDayNano, pref: prefMonthDayNano}, nil
+	case arrow.LIST:
+		return newListCol[int32](dt)
+	case arrow.LARGE_LIST:
+		return newListCol[int64](dt)
 	}
 	return nil, fmt.Errorf("type %s is not supported by the store (supported: %s): %w", dt, supportedTypes, ErrInvalid)
 }
@@ -399,6 +407,125 @@ func (c *fsbCol) gather(refs []ent) arrow.Array {
 	}
 	nb, nn := gatherNulls(c.nulls, refs)
 	d := array.NewData(c.dt, len(refs), []*memory.Buffer{nb, memory.NewBufferBytes(data)}, nil, nn, 0)
+	defer d.Release()
+	return array.MakeFromData(d)
+}
+
+// cmpMonthDayNano orders intervals by months, then days, then nanoseconds
+// (each signed). This compares the representation, not the duration
+// PostgreSQL would see: 1 month and 30 days are different values.
+func cmpMonthDayNano(a, b arrow.MonthDayNanoInterval) int {
+	if c := cmp.Compare(a.Months, b.Months); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Days, b.Days); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Nanoseconds, b.Nanoseconds)
+}
+
+// prefMonthDayNano packs the sign-flipped months and days, which preserves
+// the (months, days) order.
+func prefMonthDayNano(v arrow.MonthDayNanoInterval) uint64 {
+	return uint64(uint32(v.Months)^1<<31)<<32 | uint64(uint32(v.Days)^1<<31)
+}
+
+// listCol is a column of lists (O int32) or large lists (O int64). Its
+// elements are a column of their own, whose runs are the child arrays of
+// this column's runs, so any element type (lists included) works.
+type listCol[O int32 | int64] struct {
+	dt    arrow.DataType
+	elem  column
+	etype arrow.DataType
+	offs  [][]O
+	nulls []nullMap
+}
+
+func newListCol[O int32 | int64](dt arrow.DataType) (column, error) {
+	et := dt.(arrow.ListLikeType).Elem()
+	elem, err := newColumn(et)
+	if err != nil {
+		return nil, fmt.Errorf("list element: %w", err)
+	}
+	return &listCol[O]{dt: dt, elem: elem, etype: et}, nil
+}
+
+func (c *listCol[O]) add(arr arrow.Array) {
+	d := arr.Data()
+	var offs []O
+	if len(d.Buffers()) > 1 && d.Buffers()[1] != nil && d.Buffers()[1].Len() > 0 {
+		offs = arrow.GetOffsets[O](d, 1)
+	} else {
+		offs = make([]O, d.Len()+1)
+	}
+	var child arrow.Array
+	if ch := d.Children(); len(ch) > 0 && ch[0] != nil {
+		child = array.MakeFromData(ch[0])
+	} else {
+		child = array.MakeArrayOfNull(memory.DefaultAllocator, c.etype, 0)
+	}
+	// The elements' buffers stay alive with arr, which the runSet retains.
+	c.elem.add(child)
+	child.Release()
+	c.offs = append(c.offs, offs)
+	c.nulls = append(c.nulls, nullMapOf(d))
+}
+
+func (c *listCol[O]) cmp(a, i, b, j int) int {
+	if r, ok := cmpValid(c.nulls[a].valid(i), c.nulls[b].valid(j)); !ok {
+		return r
+	}
+	oa, ob := c.offs[a], c.offs[b]
+	sa, sb := int(oa[i]), int(ob[j])
+	na, nb := int(oa[i+1])-sa, int(ob[j+1])-sb
+	for k := range min(na, nb) {
+		if r := c.elem.cmp(a, sa+k, b, sb+k); r != 0 {
+			return r
+		}
+	}
+	return cmp.Compare(na, nb)
+}
+
+// prefix: 0 for null, 1 for the empty list, else the first element's
+// prefix raised to at least 2. Raising is monotone, so a smaller prefix
+// still means a smaller first element, hence a smaller list.
+func (c *listCol[O]) prefix(r, i int) uint64 {
+	if !c.nulls[r].valid(i) {
+		return 0
+	}
+	o := c.offs[r]
+	if o[i] == o[i+1] {
+		return 1
+	}
+	return max(c.elem.prefix(r, int(o[i])), 2)
+}
+
+func (c *listCol[O]) gather(refs []ent) arrow.Array {
+	offs := make([]O, len(refs)+1)
+	total := 0
+	for k, e := range refs {
+		if c.nulls[e.run].valid(int(e.row)) {
+			o := c.offs[e.run]
+			total += int(o[e.row+1] - o[e.row])
+		}
+		offs[k+1] = O(total)
+	}
+	// Element rows fit in uint32 like top-level rows: a run's child array
+	// is built in memory.
+	erefs := make([]ent, 0, total)
+	for k, e := range refs {
+		if offs[k] == offs[k+1] {
+			continue
+		}
+		o := c.offs[e.run]
+		for x := o[e.row]; x < o[e.row+1]; x++ {
+			erefs = append(erefs, ent{run: e.run, row: uint32(x)})
+		}
+	}
+	child := c.elem.gather(erefs)
+	defer child.Release()
+	nb, nn := gatherNulls(c.nulls, refs)
+	d := array.NewData(c.dt, len(refs), []*memory.Buffer{nb, memory.NewBufferBytes(arrow.GetBytes(offs))}, []arrow.ArrayData{child.Data()}, nn, 0)
 	defer d.Release()
 	return array.MakeFromData(d)
 }

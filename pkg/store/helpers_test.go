@@ -42,6 +42,10 @@ func rowKey(row []any) string {
 			fmt.Fprintf(&b, "f%x", math.Float64bits(v))
 		case bool:
 			b.WriteString(strconv.FormatBool(v))
+		case arrow.MonthDayNanoInterval:
+			fmt.Fprintf(&b, "i%d,%d,%d", v.Months, v.Days, v.Nanoseconds)
+		case []any:
+			b.WriteString("[" + rowKey(v) + "]")
 		default:
 			panic(fmt.Sprintf("rowKey: %T", v))
 		}
@@ -69,6 +73,16 @@ func cmpVals(a, b []any) int {
 			c = strings.Compare(x, y.(string))
 		case float64:
 			c = cmp.Compare(f64key(x), f64key(y.(float64)))
+		case arrow.MonthDayNanoInterval:
+			y := y.(arrow.MonthDayNanoInterval)
+			c = cmp.Or(cmp.Compare(x.Months, y.Months), cmp.Compare(x.Days, y.Days), cmp.Compare(x.Nanoseconds, y.Nanoseconds))
+		case []any:
+			// Lists: element by element, then the shorter first.
+			y := y.([]any)
+			n := min(len(x), len(y))
+			c = cmp.Or(cmpVals(x[:n], y[:n]), cmp.Compare(len(x), len(y)))
+		default:
+			panic(fmt.Sprintf("cmpVals: %T", x))
 		}
 		if c != 0 {
 			return c
@@ -85,26 +99,65 @@ func buildRecord(t testing.TB, user []arrow.Field, ups []upd) arrow.Record {
 	defer b.Release()
 	for _, u := range ups {
 		for i, v := range u.row {
-			fb := b.Field(i)
-			if v == nil {
-				fb.AppendNull()
-				continue
-			}
-			switch fb := fb.(type) {
-			case *array.Int64Builder:
-				fb.Append(v.(int64))
-			case *array.StringBuilder:
-				fb.Append(v.(string))
-			case *array.Float64Builder:
-				fb.Append(v.(float64))
-			default:
-				t.Fatalf("buildRecord: builder %T", fb)
-			}
+			appendVal(t, b.Field(i), v)
 		}
 		b.Field(len(user)).(*array.Uint64Builder).Append(u.time)
 		b.Field(len(user) + 1).(*array.Int64Builder).Append(u.diff)
 	}
 	return b.NewRecord()
+}
+
+// appendVal appends a model value (nil for null) to a builder.
+func appendVal(t testing.TB, fb array.Builder, v any) {
+	t.Helper()
+	if v == nil {
+		fb.AppendNull()
+		return
+	}
+	switch fb := fb.(type) {
+	case *array.Int64Builder:
+		fb.Append(v.(int64))
+	case *array.StringBuilder:
+		fb.Append(v.(string))
+	case *array.Float64Builder:
+		fb.Append(v.(float64))
+	case *array.MonthDayNanoIntervalBuilder:
+		fb.Append(v.(arrow.MonthDayNanoInterval))
+	case array.ListLikeBuilder:
+		fb.Append(true)
+		for _, e := range v.([]any) {
+			appendVal(t, fb.ValueBuilder(), e)
+		}
+	default:
+		t.Fatalf("appendVal: builder %T", fb)
+	}
+}
+
+// valAt converts row i of an array back into a model value.
+func valAt(t testing.TB, col arrow.Array, i int) any {
+	t.Helper()
+	if col.IsNull(i) {
+		return nil
+	}
+	switch col := col.(type) {
+	case *array.Int64:
+		return col.Value(i)
+	case *array.String:
+		return col.Value(i)
+	case *array.Float64:
+		return col.Value(i)
+	case *array.MonthDayNanoInterval:
+		return col.Value(i)
+	case array.ListLike:
+		lo, hi := col.ValueOffsets(i)
+		l := []any{}
+		for k := lo; k < hi; k++ {
+			l = append(l, valAt(t, col.ListValues(), int(k)))
+		}
+		return l
+	}
+	t.Fatalf("valAt: %T", col)
+	return nil
 }
 
 // recordRows converts a read result (user columns, then optional _time,
@@ -121,20 +174,7 @@ func recordRows(t testing.TB, rec arrow.Record, nuser int, withTime bool) []upd 
 	for i := 0; i < n; i++ {
 		row := make([]any, nuser)
 		for c := 0; c < nuser; c++ {
-			col := rec.Column(c)
-			if col.IsNull(i) {
-				continue
-			}
-			switch col := col.(type) {
-			case *array.Int64:
-				row[c] = col.Value(i)
-			case *array.String:
-				row[c] = col.Value(i)
-			case *array.Float64:
-				row[c] = col.Value(i)
-			default:
-				t.Fatalf("recordRows: %T", col)
-			}
+			row[c] = valAt(t, rec.Column(c), i)
 		}
 		u := upd{row: row, diff: diffs.Value(i)}
 		if times != nil {
@@ -259,42 +299,80 @@ func checkChanges(t testing.TB, ctx context.Context, sh *Shard, m *model, nuser 
 	}
 }
 
-// randSchema returns 1-4 columns of int64/utf8/float64, some nullable.
-func randSchema(r *rand.Rand) []arrow.Field {
+// randSchema returns 1-4 columns of int64/utf8/float64, some nullable;
+// with nested, also month_day_nano_interval, list<int64>, list<utf8>,
+// large_list<utf8> and list<list<int64>> (elements nullable or not).
+func randSchema(r *rand.Rand, nested bool) []arrow.Field {
 	n := 1 + r.IntN(4)
+	kinds := 3
+	if nested {
+		kinds = 8
+	}
 	var fs []arrow.Field
 	for i := 0; i < n; i++ {
 		var dt arrow.DataType
-		switch r.IntN(3) {
+		switch r.IntN(kinds) {
 		case 0:
 			dt = arrow.PrimitiveTypes.Int64
 		case 1:
 			dt = arrow.BinaryTypes.String
-		default:
+		case 2:
 			dt = arrow.PrimitiveTypes.Float64
+		case 3:
+			dt = arrow.FixedWidthTypes.MonthDayNanoInterval
+		case 4:
+			dt = randList(r, arrow.PrimitiveTypes.Int64)
+		case 5:
+			dt = randList(r, arrow.BinaryTypes.String)
+		case 6:
+			dt = arrow.LargeListOf(arrow.BinaryTypes.String)
+		default:
+			dt = arrow.ListOf(randList(r, arrow.PrimitiveTypes.Int64))
 		}
 		fs = append(fs, arrow.Field{Name: fmt.Sprintf("c%d", i), Type: dt, Nullable: r.IntN(2) == 0})
 	}
 	return fs
 }
 
+func randList(r *rand.Rand, elem arrow.DataType) arrow.DataType {
+	if r.IntN(3) == 0 {
+		return arrow.ListOfNonNullable(elem)
+	}
+	return arrow.ListOf(elem)
+}
+
 // randRow draws values from small domains so rows collide often.
 func randRow(r *rand.Rand, fs []arrow.Field) []any {
 	row := make([]any, len(fs))
 	for i, f := range fs {
-		if f.Nullable && r.IntN(5) == 0 {
-			continue
-		}
-		switch f.Type.ID() {
-		case arrow.INT64:
-			row[i] = int64(r.IntN(7)) - 3
-		case arrow.STRING:
-			row[i] = []string{"", "a", "ab", "abcdefgh", "abcdefghi", "b\x00", "zz"}[r.IntN(7)]
-		case arrow.FLOAT64:
-			row[i] = []float64{0, math.Copysign(0, -1), 1.5, -2, math.Inf(1), math.NaN()}[r.IntN(6)]
-		}
+		row[i] = randVal(r, f.Type, f.Nullable)
 	}
 	return row
+}
+
+func randVal(r *rand.Rand, dt arrow.DataType, nullable bool) any {
+	if nullable && r.IntN(5) == 0 {
+		return nil
+	}
+	switch dt.ID() {
+	case arrow.INT64:
+		return int64(r.IntN(7)) - 3
+	case arrow.STRING:
+		return []string{"", "a", "ab", "abcdefgh", "abcdefghi", "b\x00", "zz"}[r.IntN(7)]
+	case arrow.FLOAT64:
+		return []float64{0, math.Copysign(0, -1), 1.5, -2, math.Inf(1), math.NaN()}[r.IntN(6)]
+	case arrow.INTERVAL_MONTH_DAY_NANO:
+		return arrow.MonthDayNanoInterval{Months: int32(r.IntN(3)) - 1, Days: int32(r.IntN(3)) - 1, Nanoseconds: int64(r.IntN(3)) - 1}
+	case arrow.LIST, arrow.LARGE_LIST:
+		// Mostly short lists, so equal lists recur.
+		ef := dt.(arrow.ListLikeType).ElemField()
+		l := []any{}
+		for n := r.IntN(4); n > 0; n-- {
+			l = append(l, randVal(r, ef.Type, ef.Nullable))
+		}
+		return l
+	}
+	panic(fmt.Sprintf("randVal: %s", dt))
 }
 
 // testSchema is the fixed schema of most tests: k int64, s utf8 (nullable).

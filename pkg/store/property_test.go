@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/apache/arrow/go/v17/arrow"
 )
 
 // TestPropertyAgainstModel runs random appends (with retractions and
@@ -13,11 +15,29 @@ import (
 // every read at every time in [since, upper), and changes over random
 // intervals, against a naive in-memory model.
 func TestPropertyAgainstModel(t *testing.T) {
+	runProperty(t, false)
+}
+
+// TestPropertyNestedTypes is TestPropertyAgainstModel with schemas that
+// also hold month_day_nano_interval, list<int64>, list<utf8> and
+// large_list<utf8> (with null lists and null elements) and
+// list<list<int64>>.
+func TestPropertyNestedTypes(t *testing.T) {
+	runProperty(t, true)
+}
+
+func runProperty(t *testing.T, nested bool) {
 	for seed := uint64(1); seed <= 12; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			ctx := context.Background()
 			r := rand.New(rand.NewPCG(seed, 99))
-			fields := randSchema(r)
+			fields := randSchema(r, nested)
+			if nested && seed%3 == 0 {
+				// Make sure the required types appear, each first in turn
+				// (the first column's prefix drives sorting).
+				fields = rotate(nestedFields, int(seed/3))
+			}
+			t.Logf("schema: %v", fields)
 			dir := t.TempDir()
 			s := openTest(t, dir, Options{Retain: -1})
 			sh := createTest(t, s, "prop.t", fields)
@@ -83,6 +103,15 @@ func TestPropertyAgainstModel(t *testing.T) {
 					checkChanges(t, ctx, sh, m, len(fields), t1, t2)
 				}
 			}
+			// A last compaction (keeping all history) bounds the batches
+			// whatever the random compactions left.
+			if _, err := openTest(t, dir, Options{Retain: -1}).Compact(ctx); err != nil {
+				t.Fatalf("final compact: %v", err)
+			}
+			if err := sh.Refresh(ctx); err != nil {
+				t.Fatal(err)
+			}
+			checkAsOf(t, ctx, sh, m, len(fields), upper-1)
 			info, err := sh.Info(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -92,6 +121,18 @@ func TestPropertyAgainstModel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// nestedFields has every type the nested property test must cover.
+var nestedFields = []arrow.Field{
+	{Name: "l", Type: arrow.ListOf(arrow.PrimitiveTypes.Int64), Nullable: true},
+	{Name: "s", Type: arrow.ListOf(arrow.BinaryTypes.String), Nullable: true},
+	{Name: "iv", Type: arrow.FixedWidthTypes.MonthDayNanoInterval, Nullable: true},
+}
+
+func rotate(fs []arrow.Field, k int) []arrow.Field {
+	k %= len(fs)
+	return append(append([]arrow.Field(nil), fs[k:]...), fs[:k]...)
 }
 
 func TestPlanMerges(t *testing.T) {

@@ -1,0 +1,137 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ErrLocked is returned by LockSource when another process holds the lock.
+var ErrLocked = errors.New("locked by another process")
+
+// Lock is an exclusive, advisory lock on one source of a store: one
+// ingest per source. The kernel drops it when the process dies, so a
+// killed ingest never leaves a stale lock.
+type Lock struct {
+	f *os.File
+}
+
+// LockSource takes the writer lock of source in the store, failing at once
+// with ErrLocked (naming the holder's pid) when another process has it.
+func (s *Store) LockSource(source string) (*Lock, error) {
+	dir := filepath.Join(s.dir, "locks")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("lock source %s: %w", source, err)
+	}
+	name, err := escapeName(source)
+	if err != nil {
+		return nil, fmt.Errorf("lock source %s: %w", source, err)
+	}
+	path := filepath.Join(dir, name+".lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock source %s: %w", source, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("lock source %s of store %s: %w (%s)", source, s.dir, ErrLocked, strings.TrimSpace(string(holder)))
+		}
+		return nil, fmt.Errorf("lock source %s: %w", source, err)
+	}
+	f.Truncate(0)
+	f.WriteAt([]byte("pid "+strconv.Itoa(os.Getpid())+" since "+time.Now().UTC().Format(time.RFC3339)+"\n"), 0)
+	return &Lock{f: f}, nil
+}
+
+// Unlock releases the lock.
+func (l *Lock) Unlock() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f = nil
+	return err
+}
+
+// WriteSourceInfo records info about a source's upstream (atomically:
+// temp file, sync, rename).
+func (s *Store) WriteSourceInfo(info SourceInfo) error {
+	name, err := escapeName(info.Source)
+	if err != nil {
+		return fmt.Errorf("write source info %s: %w", info.Source, err)
+	}
+	dir := filepath.Join(s.dir, "sources")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("write source info %s: %w", info.Source, err)
+	}
+	b, err := json.MarshalIndent(info, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write source info %s: %w", info.Source, err)
+	}
+	tmp, err := writeTemp(s.fs, dir, name+".json", append(b, '\n'))
+	if err != nil {
+		return fmt.Errorf("write source info %s: %w", info.Source, err)
+	}
+	if err := s.fs.Rename(tmp, filepath.Join(dir, name+".json")); err != nil {
+		s.fs.Remove(tmp)
+		return fmt.Errorf("write source info %s: %w", info.Source, err)
+	}
+	return s.fs.SyncDir(dir)
+}
+
+// ReadSourceInfo returns what an ingest recorded about source (ErrNotFound
+// when nothing was).
+func (s *Store) ReadSourceInfo(source string) (SourceInfo, error) {
+	name, err := escapeName(source)
+	if err != nil {
+		return SourceInfo{}, fmt.Errorf("read source info %s: %w", source, err)
+	}
+	b, err := os.ReadFile(filepath.Join(s.dir, "sources", name+".json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return SourceInfo{}, fmt.Errorf("read source info %s: %w", source, ErrNotFound)
+	}
+	if err != nil {
+		return SourceInfo{}, fmt.Errorf("read source info %s: %w", source, err)
+	}
+	var info SourceInfo
+	if err := json.Unmarshal(b, &info); err != nil {
+		return SourceInfo{}, fmt.Errorf("read source info %s: %w", source, err)
+	}
+	return info, nil
+}
+
+// LockHeld reports whether some process holds the writer lock of source
+// (an ingest is running), without taking it for long.
+func (s *Store) LockHeld(source string) bool {
+	l, err := s.LockSource(source)
+	if err != nil {
+		return errors.Is(err, ErrLocked)
+	}
+	l.Unlock()
+	return false
+}
+
+// SourceInfo is what an ingest records about its upstream in the store, so
+// that wait-recent and status can find it. It never holds a password.
+type SourceInfo struct {
+	Source      string   `json:"source"`
+	Kind        string   `json:"kind"`
+	DSN         string   `json:"dsn,omitempty"` // without password
+	Publication string   `json:"publication,omitempty"`
+	Slot        string   `json:"slot,omitempty"`
+	Brokers     []string `json:"brokers,omitempty"`
+	Topics      []string `json:"topics,omitempty"`
+	Collections []string `json:"collections,omitempty"`
+	PID         int      `json:"pid"`
+	Started     string   `json:"started"`
+	// Socket is the daemon's local endpoint, when one listens.
+	Socket string `json:"socket,omitempty"`
+}
