@@ -172,10 +172,14 @@ Exit statuses:
 		Commands: []*cli.Command{
 			versionCommand(),
 			frontierCommand(),
+			ingestCommand(),
 			reclockCommand(),
 			storeCommand(),
 			readCommand(),
+			statusCommand(),
 			devCommand(),
+			snapshotCommand(),
+			replicateCommand(),
 		},
 	}
 	for _, cmd := range app.Commands {

@@ -69,7 +69,10 @@ type Reclocker struct {
 	opts   Options
 	out    Output
 
-	bindings   []frontier.Binding // durable, ascending
+	bindings []frontier.Binding // durable, ascending
+	// released is the number of bindings whose data is known complete
+	// (reported through Output.Progress) in this run.
+	released   int
 	remapUpper uint64
 	progress   frontier.Frontier // the source's progress so far
 	lastMint   time.Time
@@ -115,17 +118,13 @@ func New(ctx context.Context, st *store.Store, source string, domain frontier.Do
 		}
 	}
 	r.bindings, r.remapUpper = bs, upper
-	if n := len(bs); n > 0 {
-		r.progress = bs[n-1].Frontier
-	}
 	return r, nil
 }
 
 // Bindings returns the durable bindings (do not modify).
 func (r *Reclocker) Bindings() []frontier.Binding { return r.bindings }
 
-// Progress returns the source progress seen so far (including what
-// durable bindings say).
+// Progress returns the source progress seen so far in this run.
 func (r *Reclocker) Progress() frontier.Frontier { return r.progress }
 
 // Data takes source-time updates of one collection (a pipe data record:
@@ -212,6 +211,15 @@ func (r *Reclocker) SourceProgress(ctx context.Context, f frontier.Frontier) err
 		return fmt.Errorf("reclock %s: %w", r.source, err)
 	}
 	r.progress = j
+	// Durable bindings from an earlier run that the source has now passed
+	// again: their replayed data is complete, report it.
+	for r.released < len(r.bindings) && r.progress.Covers(r.bindings[r.released].Frontier) {
+		b := r.bindings[r.released]
+		r.released++
+		if err := r.out.Progress(b.Time + 1); err != nil {
+			return err
+		}
+	}
 	return r.Tick(ctx, false)
 }
 
@@ -252,6 +260,7 @@ func (r *Reclocker) mint(ctx context.Context, wall time.Time) error {
 		return fmt.Errorf("reclock %s: persist binding at %d: %w", r.source, t, err)
 	}
 	r.bindings = append(r.bindings, b)
+	r.released = len(r.bindings)
 	r.remapUpper = t + 1
 	r.lastMint = wall
 	if err := r.out.Binding(b); err != nil {

@@ -218,6 +218,18 @@ func TestReplayIsDefinite(t *testing.T) {
 	if len(rc2.Bindings()) != len(rc.Bindings()) {
 		t.Fatalf("replay minted new bindings: %v", rc2.Bindings())
 	}
+	// The replay reports each binding's data complete, as the first run did.
+	progress := func(evs []string) (out []string) {
+		for _, e := range evs {
+			if len(e) > 8 && e[:8] == "progress" {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	if p1, p2 := progress(first.events), progress(second.events); !reflect.DeepEqual(p1, p2) {
+		t.Fatalf("progress of the replay %v, of the first run %v", p2, p1)
+	}
 
 	// New progress after the replay: time keeps going forward although the
 	// wall clock is far behind.

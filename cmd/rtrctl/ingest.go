@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/rtrctl/rtrctl/pkg/ingest"
+	"github.com/rtrctl/rtrctl/pkg/reclock"
+	"github.com/rtrctl/rtrctl/pkg/store"
+)
+
+func ingestCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "ingest",
+		Usage: "keep a store in step with an upstream: snapshot, replicate, reclock, commit",
+		Description: `Runs the whole pipeline in one long-running process: a definite snapshot of
+the tables whose snapshot is not yet durable in the store, then logical
+replication from where the store's durable data ends, reclocked onto the
+system timeline and committed to the store every binding (--interval).
+
+It resumes from the store alone, so it can be killed at any instant (even
+with SIGKILL) and restarted: nothing is lost, nothing is duplicated, and
+every system time already bound keeps its contents. SIGINT/SIGTERM commit
+what is complete and exit 0. One ingest per source and store: a second one
+fails at once.
+
+The replication slot (--slot, default rtr_<source-id>) is acknowledged only
+up to what every collection has durably committed.
+
+Examples:
+  rtrctl ingest --source pg --dsn postgres://app@127.0.0.1/app --publication rtr --store ./data
+  rtrctl ingest --source pg --publication rtr --tables public.orders,public.lines \
+      --store ./data --metrics-addr 127.0.0.1:9464`,
+		Flags: append(sourceFlags(),
+			&cli.StringFlag{Name: "store", Usage: "the store directory (required)"},
+			&cli.StringFlag{Name: "source-id", Usage: "the source's id in the store (default: the --source kind, e.g. pg)"},
+			&cli.StringFlag{Name: "publication", Usage: "pg: the publication (required for pg)"},
+			&cli.StringFlag{Name: "slot", Usage: "pg: the permanent logical replication slot (default rtr_<source-id>)"},
+			&cli.StringFlag{Name: "tables", Usage: "pg: comma-separated tables (default: every table of the publication)"},
+			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "pg: snapshot connections"},
+			&cli.DurationFlag{Name: "interval", Value: reclock.DefaultInterval, Usage: "least time between two bindings (commits)"},
+			&cli.DurationFlag{Name: "retain", Value: store.DefaultRetain, Usage: "history kept readable by background compaction"},
+			&cli.DurationFlag{Name: "compact-every", Value: time.Minute, Usage: "how often to compact (0 disables)"},
+			&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics on this address (loopback), e.g. 127.0.0.1:9464"},
+			&cli.BoolFlag{Name: "metrics-remote", Usage: "allow --metrics-addr on a non-loopback address"},
+		),
+		Action: func(c *cli.Context) error {
+			if c.Args().Present() {
+				return usagef("run 'rtrctl ingest --help'", "unexpected argument %q", c.Args().First())
+			}
+			cfg, err := sourceConfig(c, nil)
+			if err != nil {
+				return err
+			}
+			if cfg.Source != "pg" {
+				return usagef("use --source pg (Kafka and MySQL ingest are not built yet)", "ingest --source %s is not supported yet", cfg.Source)
+			}
+			if c.String("store") == "" {
+				return usagef("pass --store DIR", "no --store given")
+			}
+			if c.String("publication") == "" {
+				return usagef("pass --publication NAME (CREATE PUBLICATION rtr FOR TABLE ...)", "no --publication given")
+			}
+			opts := ingestOptions{
+				dsn: cfg.DSN, store: c.String("store"), sourceID: c.String("source-id"),
+				publication: c.String("publication"), slot: c.String("slot"), parallel: c.Int("parallel"),
+				interval: c.Duration("interval"), retain: c.Duration("retain"), compactEvery: c.Duration("compact-every"),
+				metricsAddr: c.String("metrics-addr"), metricsRemote: c.Bool("metrics-remote"),
+			}
+			if opts.sourceID == "" {
+				opts.sourceID = cfg.Source
+			}
+			if opts.compactEvery == 0 {
+				opts.compactEvery = -1
+			}
+			for _, t := range strings.Split(c.String("tables"), ",") {
+				if t = strings.TrimSpace(t); t != "" {
+					opts.tables = append(opts.tables, t)
+				}
+			}
+			return runIngest(c.Context, opts)
+		},
+	}
+}
+
+type ingestOptions struct {
+	dsn, store, sourceID, publication, slot string
+	tables                                  []string
+	parallel                                int
+	interval, retain, compactEvery          time.Duration
+	metricsAddr                             string
+	metricsRemote                           bool
+}
+
+func runIngest(ctx context.Context, opts ingestOptions) error {
+	st, err := store.Open(ctx, opts.store, store.Options{Retain: opts.retain})
+	if err != nil {
+		return err
+	}
+	var metrics *ingest.Metrics
+	if opts.metricsAddr != "" {
+		metrics = ingest.NewMetrics(opts.sourceID)
+		errc := make(chan error, 1)
+		mctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() { errc <- metrics.Serve(mctx, opts.metricsAddr, opts.metricsRemote) }()
+		select {
+		case err := <-errc:
+			if err != nil {
+				return err
+			}
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return ingest.RunPG(ctx, ingest.PGConfig{
+		DSN: opts.dsn, Publication: opts.publication, Slot: opts.slot, Tables: opts.tables, Parallel: opts.parallel,
+		Store: st, Source: opts.sourceID, Interval: opts.interval, CompactEvery: opts.compactEvery, Metrics: metrics,
+		AfterCommit: faultAfterCommit(),
+	})
+}
+
+// faultAfterCommit is fault injection for crash tests: with
+// RTR_FAULT_EXIT_AFTER_COMMIT=COLLECTION the process dies (exit 137, as if
+// SIGKILLed) right after that collection's first commit.
+func faultAfterCommit() func(string, uint64) {
+	target := os.Getenv("RTR_FAULT_EXIT_AFTER_COMMIT")
+	if target == "" {
+		return nil
+	}
+	return func(collection string, upper uint64) {
+		if collection == target {
+			os.Exit(137)
+		}
+	}
+}

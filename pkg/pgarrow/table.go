@@ -1,0 +1,299 @@
+// Package pgarrow maps PostgreSQL tables to Arrow: a table's columns to
+// typed Arrow fields, and rows in PostgreSQL's text output form (what
+// pgoutput's 't' tuple columns and COPY ... TO in text format carry, after
+// COPY's unescaping) to Arrow arrays.
+//
+// The type mapping and the text-form parsing rules are specified in
+// docs/types-postgres.md. Types without a dedicated mapping (geometric
+// types, ranges, money, bit strings, network addresses, ...) become utf8
+// holding PostgreSQL's text output, so no table is refused for its types.
+//
+// The parsers expect the output styles that SessionParams sets (ISO
+// DateStyle, postgres IntervalStyle, hex bytea); connections that produce
+// the text (replication and COPY) should use ConfigureSession.
+package pgarrow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rtrctl/rtrctl/internal/hint"
+)
+
+// MetaType is the Arrow field metadata key that holds the column's
+// PostgreSQL type, as format_type prints it ("integer", "numeric(10,2)",
+// "jsonb", "text[]", "character varying(20)", an enum's name).
+const MetaType = "pg.type"
+
+// SessionParams are the run-time parameters under which PostgreSQL prints
+// values in the forms this package parses. They are sent in the startup
+// packet, so they apply to replication connections (pgoutput formats
+// values in the walsender) as well as to COPY.
+var SessionParams = map[string]string{
+	"datestyle":          "ISO, MDY",
+	"intervalstyle":      "postgres",
+	"bytea_output":       "hex",
+	"extra_float_digits": "3",
+}
+
+// ConfigureSession adds SessionParams to cfg's run-time parameters.
+func ConfigureSession(cfg *pgx.ConnConfig) {
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	for k, v := range SessionParams {
+		cfg.RuntimeParams[k] = v
+	}
+}
+
+// Column is one column of a table.
+type Column struct {
+	Name     string
+	TypeOID  uint32 // pg_attribute.atttypid
+	TypeMod  int32  // pg_attribute.atttypmod (-1: none)
+	TypeName string // format_type(TypeOID, TypeMod)
+	NotNull  bool
+	// ElemOID is the element type of an array column (a domain element
+	// resolved to its base type); 0 for non-arrays.
+	ElemOID uint32
+	// IsEnum is set when the column's type (or its array element type) is
+	// an enum.
+	IsEnum bool
+	// BaseOID and BaseTypeMod are the base type of a domain column (domains
+	// over domains resolved); BaseOID is 0 for non-domains.
+	BaseOID     uint32
+	BaseTypeMod int32
+}
+
+// SameType reports whether c and o have the same name, type and type
+// modifier: the parts a replication Relation message carries.
+func (c Column) SameType(o Column) bool {
+	return c.Name == o.Name && c.TypeOID == o.TypeOID && c.TypeMod == o.TypeMod
+}
+
+// Table is a table's identity and its columns, in attribute order, without
+// dropped and generated columns (neither COPY nor pgoutput carries them).
+type Table struct {
+	Schema, Name string
+	OID          uint32
+	Columns      []Column
+	// ReplicaIdentity is "default", "nothing", "full" or "index".
+	ReplicaIdentity string
+}
+
+// QualifiedName is schema.table, the collection name (not quoted).
+func (t *Table) QualifiedName() string { return t.Schema + "." + t.Name }
+
+// QuotedName is schema.table for SQL, each part quoted where it needs it
+// (public.orders, "My Schema"."Orders").
+func (t *Table) QuotedName() string { return QuoteIdent(t.Schema) + "." + QuoteIdent(t.Name) }
+
+// Fields returns the Arrow fields of the table's columns: typed as
+// docs/types-postgres.md says, nullable unless the column is NOT NULL, with
+// the PostgreSQL type name in the field metadata under MetaType.
+func (t *Table) Fields() []arrow.Field {
+	fs := make([]arrow.Field, len(t.Columns))
+	for i, c := range t.Columns {
+		fs[i] = arrow.Field{
+			Name:     c.Name,
+			Type:     columnConv(c).typ,
+			Nullable: !c.NotNull,
+			Metadata: arrow.NewMetadata([]string{MetaType}, []string{c.TypeName}),
+		}
+	}
+	return fs
+}
+
+// ReplicaIdentityName maps pg_class.relreplident (and the pgoutput
+// Relation message's replica identity byte) to a name.
+func ReplicaIdentityName(c byte) string {
+	switch c {
+	case 'd':
+		return "default"
+	case 'n':
+		return "nothing"
+	case 'f':
+		return "full"
+	case 'i':
+		return "index"
+	}
+	return fmt.Sprintf("unknown(%q)", c)
+}
+
+// ErrTableNotFound is wrapped by LoadTable when there is no such table.
+var ErrTableNotFound = errors.New("table not found")
+
+// LoadTable reads a table's columns and replica identity from pg_catalog.
+// qualified is schema.table as printed by QualifiedName (matched exactly,
+// case-sensitively), or any name to_regclass understands ("Foo"."Bar",
+// an unqualified name on the search path).
+func LoadTable(ctx context.Context, conn *pgx.Conn, qualified string) (*Table, error) {
+	var oid uint32
+	found := false
+	if schema, name, ok := strings.Cut(qualified, "."); ok {
+		err := conn.QueryRow(ctx, `SELECT c.oid FROM pg_catalog.pg_class c
+			JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = $1 AND c.relname = $2`, schema, name).Scan(&oid)
+		switch {
+		case err == nil:
+			found = true
+		case !errors.Is(err, pgx.ErrNoRows):
+			return nil, fmt.Errorf("load table %s: %w", qualified, err)
+		}
+	}
+	if !found {
+		var o *uint32
+		// to_regclass raises errors for malformed names: treat as not found.
+		if err := conn.QueryRow(ctx, `SELECT pg_catalog.to_regclass($1)::oid`, qualified).Scan(&o); err != nil && ctx.Err() != nil {
+			return nil, fmt.Errorf("load table %s: %w", qualified, ctx.Err())
+		}
+		if o == nil {
+			return nil, hint.Wrap(fmt.Errorf("load table %s: %w: no table %q in database %q", qualified, ErrTableNotFound, qualified, conn.Config().Database),
+				"name the table as schema.table, e.g. public.orders; list tables with \\dt in psql")
+		}
+		oid = *o
+	}
+	t, err := LoadTableByOID(ctx, conn, oid)
+	if err != nil {
+		return nil, fmt.Errorf("load table %s: %w", qualified, err)
+	}
+	return t, nil
+}
+
+// LoadTableByOID reads the table with pg_class.oid oid.
+func LoadTableByOID(ctx context.Context, conn *pgx.Conn, oid uint32) (*Table, error) {
+	t := &Table{OID: oid}
+	var kind, ident string
+	err := conn.QueryRow(ctx, `SELECT n.nspname, c.relname, c.relkind::text, c.relreplident::text
+		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.oid = $1`, oid).Scan(&t.Schema, &t.Name, &kind, &ident)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("load table oid %d: %w", oid, ErrTableNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load table oid %d: %w", oid, err)
+	}
+	if kind != "r" && kind != "p" {
+		return nil, fmt.Errorf("load table %s: relation kind %q is not a table: %w", t.QualifiedName(), kind, ErrTableNotFound)
+	}
+	t.ReplicaIdentity = ReplicaIdentityName(ident[0])
+	rows, err := conn.Query(ctx, `SELECT a.attname, a.atttypid, a.atttypmod, a.attnotnull
+		FROM pg_catalog.pg_attribute a
+		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+		ORDER BY a.attnum`, oid)
+	if err != nil {
+		return nil, fmt.Errorf("load columns of %s: %w", t.QualifiedName(), err)
+	}
+	for rows.Next() {
+		var c Column
+		if err := rows.Scan(&c.Name, &c.TypeOID, &c.TypeMod, &c.NotNull); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("load columns of %s: %w", t.QualifiedName(), err)
+		}
+		t.Columns = append(t.Columns, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("load columns of %s: %w", t.QualifiedName(), err)
+	}
+	if err := NewTypeResolver(conn).Resolve(ctx, t.Columns); err != nil {
+		return nil, fmt.Errorf("load columns of %s: %w", t.QualifiedName(), err)
+	}
+	return t, nil
+}
+
+// TypeResolver fills in the type details of columns known only by type OID
+// and modifier (as in a pgoutput Relation message), caching by OID.
+type TypeResolver struct {
+	conn  *pgx.Conn
+	cache map[uint32]typeRow
+}
+
+type typeRow struct {
+	typtype, category byte
+	elem, base        uint32
+	typtypmod         int32
+}
+
+// NewTypeResolver returns a resolver that queries pg_type on conn.
+func NewTypeResolver(conn *pgx.Conn) *TypeResolver {
+	return &TypeResolver{conn: conn, cache: map[uint32]typeRow{}}
+}
+
+func (r *TypeResolver) row(ctx context.Context, oid uint32) (typeRow, error) {
+	if tr, ok := r.cache[oid]; ok {
+		return tr, nil
+	}
+	var typtype, category string
+	var tr typeRow
+	err := r.conn.QueryRow(ctx, `SELECT typtype::text, typcategory::text, typelem, typbasetype, typtypmod
+		FROM pg_catalog.pg_type WHERE oid = $1`, oid).Scan(&typtype, &category, &tr.elem, &tr.base, &tr.typtypmod)
+	if err != nil {
+		return tr, fmt.Errorf("look up type oid %d: %w", oid, err)
+	}
+	tr.typtype, tr.category = typtype[0], category[0]
+	r.cache[oid] = tr
+	return tr, nil
+}
+
+// domainBase follows a chain of domains to its base type.
+func (r *TypeResolver) domainBase(ctx context.Context, oid uint32, tr typeRow) (uint32, int32, typeRow, error) {
+	mod := int32(-1)
+	for i := 0; tr.typtype == 'd'; i++ {
+		if i > 100 {
+			return 0, 0, tr, fmt.Errorf("look up type oid %d: domain chain too long", oid)
+		}
+		if mod < 0 {
+			mod = tr.typtypmod
+		}
+		oid = tr.base
+		var err error
+		if tr, err = r.row(ctx, oid); err != nil {
+			return 0, 0, tr, err
+		}
+	}
+	return oid, mod, tr, nil
+}
+
+// Resolve fills TypeName, ElemOID, IsEnum, BaseOID and BaseTypeMod of each
+// column from its TypeOID and TypeMod.
+func (r *TypeResolver) Resolve(ctx context.Context, cols []Column) error {
+	for i := range cols {
+		c := &cols[i]
+		if err := r.conn.QueryRow(ctx, `SELECT pg_catalog.format_type($1, $2)`, c.TypeOID, c.TypeMod).Scan(&c.TypeName); err != nil {
+			return fmt.Errorf("look up type of column %s: %w", c.Name, err)
+		}
+		tr, err := r.row(ctx, c.TypeOID)
+		if err != nil {
+			return fmt.Errorf("look up type of column %s: %w", c.Name, err)
+		}
+		c.ElemOID, c.IsEnum, c.BaseOID, c.BaseTypeMod = 0, false, 0, -1
+		base := c.TypeOID
+		if tr.typtype == 'd' {
+			if base, c.BaseTypeMod, tr, err = r.domainBase(ctx, base, tr); err != nil {
+				return fmt.Errorf("look up type of column %s: %w", c.Name, err)
+			}
+			c.BaseOID = base
+		}
+		if tr.category == 'A' && tr.elem != 0 && base != OIDInt2Vector && base != OIDOidVector {
+			el, err := r.row(ctx, tr.elem)
+			if err != nil {
+				return fmt.Errorf("look up type of column %s: %w", c.Name, err)
+			}
+			elem := tr.elem
+			if el.typtype == 'd' {
+				if elem, _, el, err = r.domainBase(ctx, elem, el); err != nil {
+					return fmt.Errorf("look up type of column %s: %w", c.Name, err)
+				}
+			}
+			c.ElemOID, c.IsEnum = elem, el.typtype == 'e'
+		} else {
+			c.IsEnum = tr.typtype == 'e'
+		}
+	}
+	return nil
+}

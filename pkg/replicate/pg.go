@@ -1,0 +1,525 @@
+package replicate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/rtrctl/rtrctl/internal/dsn"
+	"github.com/rtrctl/rtrctl/internal/hint"
+	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
+	"github.com/rtrctl/rtrctl/pkg/pgarrow"
+)
+
+// PGConfig configures StreamPG.
+type PGConfig struct {
+	// DSN names the database (URL or key=value; empty: the PG* environment).
+	// A replication=database parameter in it is allowed but not needed.
+	DSN string
+	// Publication and Slot name the publication and the logical
+	// replication slot (plugin pgoutput) to read. Both must exist.
+	Publication, Slot string
+	// StartLSN is where to start; 0 means the slot's confirmed_flush_lsn.
+	// It must not be below the slot's confirmed_flush_lsn (those changes
+	// are gone).
+	StartLSN frontier.LSN
+	// StopAt, when not 0, ends the stream (StreamPG returns nil) once every
+	// transaction with a commit LSN <= StopAt has been emitted: at the
+	// first commit beyond it, or when progress passes it.
+	StopAt frontier.LSN
+	// NoAck never advances the slot.
+	NoAck bool
+	// Ack, when set (and NoAck is not), returns the LSN up to which the
+	// caller has made the stream durable (an upper: everything below it is
+	// stored). The slot is confirmed up to min(Ack(), last progress).
+	// With Ack nil the slot is never advanced either.
+	Ack func(ctx context.Context) (frontier.LSN, error)
+	// StatusInterval is how often a standby status update (with reply
+	// requested) goes to the server; 0 means 1s. The server answers each
+	// with a keepalive, which moves progress while nothing is published.
+	StatusInterval time.Duration
+	// FlushRows and FlushBytes bound the rows (default 8192) and text bytes
+	// (default 16 MiB) held before a data record is handed to the sink;
+	// a transaction is never held whole.
+	FlushRows, FlushBytes int
+	// MaxBackoff caps the wait between reconnects; 0 means 10s.
+	MaxBackoff time.Duration
+	// Mem allocates Arrow buffers; nil means memory.DefaultAllocator.
+	Mem memory.Allocator
+	// Logger logs reconnects; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+var slotNameRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// StreamPG streams the changes of cfg.Publication from cfg.Slot to sink.
+// It returns nil once cfg.StopAt is reached, ctx's error when ctx ends,
+// and otherwise a definite error (with a hint where one helps). After the
+// stream has started, a lost connection is retried with exponential
+// backoff from the last position, without losing or repeating changes.
+func StreamPG(ctx context.Context, cfg PGConfig, sink Sink) error {
+	if cfg.Publication == "" {
+		return hint.Wrap(errors.New("replicate postgres: no publication given"), "name one with --publication; create it with: CREATE PUBLICATION rtr FOR TABLE public.orders")
+	}
+	if !slotNameRE.MatchString(cfg.Slot) {
+		return hint.Wrap(fmt.Errorf("replicate postgres: bad slot name %q", cfg.Slot), "slot names are 1-63 characters of a-z, 0-9 and _")
+	}
+	if cfg.StatusInterval <= 0 {
+		cfg.StatusInterval = time.Second
+	}
+	if cfg.FlushRows <= 0 {
+		cfg.FlushRows = 8192
+	}
+	if cfg.FlushBytes <= 0 {
+		cfg.FlushBytes = 16 << 20
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 10 * time.Second
+	}
+	if cfg.Mem == nil {
+		cfg.Mem = memory.DefaultAllocator
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	pcfg, err := probe.ParsePostgresDSN(cfg.DSN)
+	if err != nil {
+		return fmt.Errorf("replicate postgres: %w", err)
+	}
+	pgarrow.ConfigureSession(pcfg)
+	delete(pcfg.RuntimeParams, "replication")
+	s := &pgStreamer{cfg: cfg, pcfg: pcfg, masked: probe.MaskedPostgres(pcfg)}
+	s.dec = newDecoder(sink, cfg.Mem, s.resolve, cfg.FlushRows, cfg.FlushBytes, cfg.StopAt)
+	defer s.dec.release()
+	defer s.closeCatalog()
+	return s.run(ctx)
+}
+
+// pgStreamer runs one StreamPG call: connections and retries around a
+// decoder.
+type pgStreamer struct {
+	cfg    PGConfig
+	pcfg   *pgx.ConnConfig
+	masked string
+	dec    *decoder
+
+	catalog  *pgx.Conn // for catalog lookups
+	types    *pgarrow.TypeResolver
+	confirm0 frontier.LSN // the slot's confirmed_flush_lsn when first read
+	walEnd   frontier.LSN // highest WAL end seen from the server
+	acked    frontier.LSN // last flush position sent
+}
+
+// transientError marks an error after which StreamPG reconnects.
+type transientError struct{ err error }
+
+func (e *transientError) Error() string { return e.err.Error() }
+func (e *transientError) Unwrap() error { return e.err }
+
+func (s *pgStreamer) run(ctx context.Context) error {
+	started := false
+	backoff := 100 * time.Millisecond
+	var inUseSince time.Time
+	for {
+		err := s.session(ctx, !started, &started)
+		if err == nil || s.dec.done {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var te *transientError
+		if !started || !(errors.As(err, &te) || errors.Is(err, errSlotInUse)) {
+			return err
+		}
+		// A slot still held by our own terminated walsender shows as in
+		// use for a moment; give it a while before calling it definite.
+		if errors.Is(err, errSlotInUse) {
+			if inUseSince.IsZero() {
+				inUseSince = time.Now()
+			} else if time.Since(inUseSince) > 30*time.Second {
+				return err
+			}
+		} else {
+			inUseSince = time.Time{}
+		}
+		s.dec.interrupted()
+		s.closeCatalog()
+		s.cfg.Logger.Warn("replicate postgres: connection lost; reconnecting", "slot", s.cfg.Slot, "from", s.dec.upper, "in", backoff, "error", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, s.cfg.MaxBackoff)
+		if errors.Is(err, errSlotInUse) {
+			backoff = min(backoff, time.Second)
+		}
+	}
+}
+
+func (s *pgStreamer) closeCatalog() {
+	if s.catalog != nil {
+		s.catalog.Close(context.Background())
+		s.catalog, s.types = nil, nil
+	}
+}
+
+// transient wraps errors of the connection (not of the server's state) as
+// transientError.
+func transient(err error) error {
+	var se *sinkError
+	if err == nil || errors.As(err, &se) {
+		return err
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// Class 57: operator intervention (admin shutdown, terminated
+		// backend, crash, cannot connect now); class 08: connection.
+		if strings.HasPrefix(pgErr.Code, "57") || strings.HasPrefix(pgErr.Code, "08") || pgErr.Code == "53300" {
+			return &transientError{err}
+		}
+		return err
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err) ||
+		strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "connection reset") {
+		return &transientError{err}
+	}
+	return err
+}
+
+// session connects, checks, starts replication and streams until an error.
+// Errors of the first session are all returned as they are; later ones
+// are marked transient when the connection broke.
+func (s *pgStreamer) session(ctx context.Context, first bool, started *bool) error {
+	if s.catalog == nil {
+		conn, err := probe.ConnectPostgres(ctx, s.pcfg)
+		if err != nil {
+			return transient(fmt.Errorf("replicate postgres: %w", err))
+		}
+		s.catalog, s.types = conn, pgarrow.NewTypeResolver(conn)
+	}
+	start := s.cfg.StartLSN
+	if !first {
+		start = s.dec.upper
+	}
+	if err := s.check(ctx, first, &start); err != nil {
+		return transient(err)
+	}
+	rc := s.pcfg.Config.Copy()
+	rc.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(ctx, rc)
+	if err != nil {
+		return transient(fmt.Errorf("replicate postgres: connect to %s for replication: %s: %w", s.masked, dsn.Scrub(err.Error(), s.pcfg.Password), errConnect))
+	}
+	defer conn.Close(context.Background())
+	pub := "'" + strings.ReplaceAll(s.cfg.Publication, "'", "''") + "'"
+	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", "publication_names " + pub},
+	})
+	if err != nil {
+		return transient(s.startError(err))
+	}
+	if first {
+		if err := s.dec.progress(start); err != nil {
+			return err
+		}
+		if s.dec.done {
+			return nil
+		}
+	}
+	*started = true
+	return s.stream(ctx, conn)
+}
+
+var errConnect = errors.New("cannot connect")
+
+// Errors of the slot. They carry hints.
+var (
+	errSlotMissing     = errors.New("replication slot does not exist")
+	errSlotInUse       = errors.New("replication slot is in use")
+	errSlotInvalidated = errors.New("replication slot has been invalidated")
+	errPublication     = errors.New("publication does not exist")
+	errReplicaIdentity = errors.New("replica identity is not FULL")
+	errSlotAhead       = errors.New("replication slot is past the start position")
+)
+
+// check verifies the server, publication and slot before replication
+// starts; *start becomes the effective start position.
+func (s *pgStreamer) check(ctx context.Context, first bool, start *frontier.LSN) error {
+	c := s.catalog
+	if err := probe.CheckLogical(ctx, c); err != nil {
+		return fmt.Errorf("replicate postgres: %w", err)
+	}
+	var n int
+	if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_publication WHERE pubname = $1`, s.cfg.Publication).Scan(&n); err != nil {
+		return fmt.Errorf("replicate postgres: read publication %s: %w", s.cfg.Publication, err)
+	}
+	if n == 0 {
+		return hint.Wrap(fmt.Errorf("replicate postgres: publication %q: %w in database %q", s.cfg.Publication, errPublication, s.pcfg.Database),
+			fmt.Sprintf("create it: CREATE PUBLICATION %s FOR TABLE public.orders, ...; (or FOR ALL TABLES)", pgarrow.QuoteIdent(s.cfg.Publication)))
+	}
+	if first {
+		rows, err := c.Query(ctx, `SELECT n.nspname, c.relname, c.relreplident::text
+			FROM pg_catalog.pg_publication_tables pt
+			JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname
+			JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
+			WHERE pt.pubname = $1 AND c.relreplident <> 'f' ORDER BY 1, 2`, s.cfg.Publication)
+		if err != nil {
+			return fmt.Errorf("replicate postgres: read tables of publication %s: %w", s.cfg.Publication, err)
+		}
+		var names, fixes []string
+		for rows.Next() {
+			var ns, rel, ident string
+			if err := rows.Scan(&ns, &rel, &ident); err != nil {
+				rows.Close()
+				return fmt.Errorf("replicate postgres: read tables of publication %s: %w", s.cfg.Publication, err)
+			}
+			names = append(names, fmt.Sprintf("%s.%s (%s)", ns, rel, strings.ToUpper(pgarrow.ReplicaIdentityName(ident[0]))))
+			fixes = append(fixes, fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY FULL;", pgarrow.QuoteIdent(ns)+"."+pgarrow.QuoteIdent(rel)))
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("replicate postgres: read tables of publication %s: %w", s.cfg.Publication, err)
+		}
+		if len(names) > 0 {
+			return hint.Wrap(fmt.Errorf("replicate postgres: %w for %s in publication %s: updates and deletes would lack the old row",
+				errReplicaIdentity, strings.Join(names, ", "), s.cfg.Publication), "run: "+strings.Join(fixes, " "))
+		}
+	}
+	var plugin, db, walStatus *string
+	var active bool
+	var pid *int32
+	var confirmed *string
+	err := c.QueryRow(ctx, `SELECT plugin, database, active, active_pid, confirmed_flush_lsn::text, wal_status
+		FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`, s.cfg.Slot).Scan(&plugin, &db, &active, &pid, &confirmed, &walStatus)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return hint.Wrap(fmt.Errorf("replicate postgres: %w: %q", errSlotMissing, s.cfg.Slot),
+			fmt.Sprintf("run 'rtrctl snapshot' (it creates the slot), or create it: SELECT pg_create_logical_replication_slot('%s', 'pgoutput');", s.cfg.Slot))
+	}
+	if err != nil {
+		return fmt.Errorf("replicate postgres: read slot %s: %w", s.cfg.Slot, err)
+	}
+	if plugin == nil || *plugin != "pgoutput" {
+		return hint.Wrap(fmt.Errorf("replicate postgres: slot %q is not a logical slot of plugin pgoutput (plugin %v)", s.cfg.Slot, deref(plugin)),
+			"use a slot created with: SELECT pg_create_logical_replication_slot('NAME', 'pgoutput');")
+	}
+	if db != nil && *db != s.pcfg.Database {
+		return hint.Wrap(fmt.Errorf("replicate postgres: slot %q belongs to database %q, not %q", s.cfg.Slot, *db, s.pcfg.Database),
+			"connect to the slot's database in --dsn, or use another --slot")
+	}
+	if walStatus != nil && *walStatus == "lost" {
+		return hint.Wrap(fmt.Errorf("replicate postgres: %w: %q (wal_status lost): the WAL it needed was removed", errSlotInvalidated, s.cfg.Slot),
+			fmt.Sprintf("drop it (SELECT pg_drop_replication_slot('%s');) and re-snapshot with 'rtrctl snapshot'; raise max_slot_wal_keep_size to keep it from happening again", s.cfg.Slot))
+	}
+	if active {
+		return s.inUse(pid)
+	}
+	var conf frontier.LSN
+	if confirmed != nil {
+		if conf, err = frontier.ParseLSN(*confirmed); err != nil {
+			return fmt.Errorf("replicate postgres: slot %s: %w", s.cfg.Slot, err)
+		}
+	}
+	if first {
+		s.confirm0 = conf
+		s.acked = conf
+	}
+	if *start == 0 {
+		*start = conf
+	}
+	if *start < conf {
+		return hint.Wrap(fmt.Errorf("replicate postgres: %w: slot %q has confirmed up to %s, but the stream was asked to start at %s: the changes in between are gone",
+			errSlotAhead, s.cfg.Slot, conf, *start), "re-snapshot the tables ('rtrctl snapshot'), or start at or after "+conf.String())
+	}
+	return nil
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return "none"
+	}
+	return *p
+}
+
+func (s *pgStreamer) inUse(pid *int32) error {
+	who := "another connection"
+	if pid != nil {
+		who = fmt.Sprintf("another connection (pid %d)", *pid)
+	}
+	return hint.Wrap(fmt.Errorf("replicate postgres: %w: %q is read by %s", errSlotInUse, s.cfg.Slot, who),
+		"stop the other reader (see pg_stat_replication), or use another --slot")
+}
+
+// startError maps START_REPLICATION failures to hinted errors.
+func (s *pgStreamer) startError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "55006": // object_in_use
+			e := s.inUse(nil)
+			return &transientError{e} // our own old walsender may still hold it
+		case pgErr.Code == "42704" && strings.Contains(pgErr.Message, "slot"):
+			return hint.Wrap(fmt.Errorf("replicate postgres: %w: %q", errSlotMissing, s.cfg.Slot),
+				fmt.Sprintf("run 'rtrctl snapshot' (it creates the slot), or create it: SELECT pg_create_logical_replication_slot('%s', 'pgoutput');", s.cfg.Slot))
+		case pgErr.Code == "55000" && (strings.Contains(pgErr.Message, "invalidated") || strings.Contains(pgErr.Detail, "invalidated")):
+			return hint.Wrap(fmt.Errorf("replicate postgres: %w: %q: %s", errSlotInvalidated, s.cfg.Slot, pgErr.Message),
+				fmt.Sprintf("drop it (SELECT pg_drop_replication_slot('%s');) and re-snapshot with 'rtrctl snapshot'", s.cfg.Slot))
+		}
+	}
+	return fmt.Errorf("replicate postgres: start replication from slot %s: %w", s.cfg.Slot, err)
+}
+
+// resolve builds a table from a Relation message, with type names from the
+// catalog and NOT NULL as the catalog says now.
+func (s *pgStreamer) resolve(ctx context.Context, m *pglogrepl.RelationMessage) (*pgarrow.Table, error) {
+	t := &pgarrow.Table{Schema: m.Namespace, Name: m.RelationName, OID: m.RelationID, ReplicaIdentity: pgarrow.ReplicaIdentityName(m.ReplicaIdentity)}
+	for _, c := range m.Columns {
+		t.Columns = append(t.Columns, pgarrow.Column{Name: c.Name, TypeOID: c.DataType, TypeMod: c.TypeModifier})
+	}
+	if err := s.types.Resolve(ctx, t.Columns); err != nil {
+		return nil, err
+	}
+	rows, err := s.catalog.Query(ctx, `SELECT attname, atttypid, atttypmod FROM pg_catalog.pg_attribute
+		WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attnotnull`, m.RelationID)
+	if err != nil {
+		return nil, err
+	}
+	notNull := map[string]pgarrow.Column{}
+	for rows.Next() {
+		var c pgarrow.Column
+		if err := rows.Scan(&c.Name, &c.TypeOID, &c.TypeMod); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		notNull[c.Name] = c
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for i, c := range t.Columns {
+		if nn, ok := notNull[c.Name]; ok && nn.SameType(c) {
+			t.Columns[i].NotNull = true
+		}
+	}
+	return t, nil
+}
+
+// stream receives messages until an error or StopAt.
+func (s *pgStreamer) stream(ctx context.Context, conn *pgconn.PgConn) error {
+	if err := s.status(ctx, conn, true); err != nil {
+		return transient(err)
+	}
+	next := time.Now().Add(s.cfg.StatusInterval)
+	for !s.dec.done {
+		if !time.Now().Before(next) {
+			if err := s.status(ctx, conn, true); err != nil {
+				return transient(err)
+			}
+			next = time.Now().Add(s.cfg.StatusInterval)
+		}
+		rctx, cancel := context.WithDeadline(ctx, next)
+		raw, err := conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return transient(fmt.Errorf("replicate postgres: receive: %w", err))
+		}
+		switch msg := raw.(type) {
+		case *pgproto3.CopyData:
+			if len(msg.Data) == 0 {
+				continue
+			}
+			switch msg.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(msg.Data[1:])
+				if err != nil {
+					return fmt.Errorf("replicate postgres: %w", err)
+				}
+				s.walEnd = max(s.walEnd, frontier.LSN(ka.ServerWALEnd))
+				if err := s.dec.keepalive(frontier.LSN(ka.ServerWALEnd)); err != nil {
+					return err
+				}
+				// The server pings whenever the WAL it has decoded passes the
+				// write position we last reported, so idle progress follows
+				// the WAL without waiting for the status interval. Answering
+				// each ping with write = its WAL end keeps it to one ping per
+				// step of WAL.
+				if err := s.status(ctx, conn, false); err != nil {
+					return transient(err)
+				}
+			case pglogrepl.XLogDataByteID:
+				xld, err := pglogrepl.ParseXLogData(msg.Data[1:])
+				if err != nil {
+					return fmt.Errorf("replicate postgres: %w", err)
+				}
+				m, err := pglogrepl.Parse(xld.WALData)
+				if err != nil {
+					return fmt.Errorf("replicate postgres: decode pgoutput message at %s: %w", frontier.LSN(xld.WALStart), err)
+				}
+				if err := s.dec.handle(ctx, m); err != nil {
+					return transient(err)
+				}
+			}
+		case *pgproto3.ErrorResponse:
+			return transient(s.streamError(pgconn.ErrorResponseToPgError(msg)))
+		case *pgproto3.CopyDone:
+			return &transientError{errors.New("replicate postgres: the server ended the replication stream")}
+		}
+	}
+	return nil
+}
+
+func (s *pgStreamer) streamError(pgErr *pgconn.PgError) error {
+	if pgErr.Code == "42704" && strings.Contains(pgErr.Message, "publication") {
+		return hint.Wrap(fmt.Errorf("replicate postgres: %w: %s", errPublication, pgErr.Message),
+			fmt.Sprintf("re-create it: CREATE PUBLICATION %s FOR TABLE ...; then re-snapshot", pgarrow.QuoteIdent(s.cfg.Publication)))
+	}
+	return fmt.Errorf("replicate postgres: replication stream: %w", pgErr)
+}
+
+// status sends a standby status update: written = the highest WAL end
+// received (for lag reports), flushed = what may be confirmed.
+func (s *pgStreamer) status(ctx context.Context, conn *pgconn.PgConn, reply bool) error {
+	flush := s.acked
+	if !s.cfg.NoAck && s.cfg.Ack != nil && reply {
+		d, err := s.cfg.Ack(ctx)
+		if err != nil {
+			return fmt.Errorf("replicate postgres: read durable position: %w", err)
+		}
+		flush = max(s.confirm0, min(d, s.dec.upper), s.acked)
+		s.acked = flush
+	}
+	write := max(s.walEnd, flush)
+	if flush == 0 {
+		write = 0 // all invalid: the server confirms nothing (pglogrepl would send write as flush)
+	}
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: pglogrepl.LSN(write),
+		WALFlushPosition: pglogrepl.LSN(flush),
+		WALApplyPosition: pglogrepl.LSN(flush),
+		ReplyRequested:   reply,
+	})
+	if err != nil {
+		return fmt.Errorf("replicate postgres: send standby status: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,452 @@
+package replicate
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/jackc/pglogrepl"
+
+	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/pgarrow"
+	"github.com/rtrctl/rtrctl/pkg/pipe"
+)
+
+// resolveFunc turns a pgoutput Relation message into a table, looking up
+// type names (and NOT NULL) in the catalog.
+type resolveFunc func(ctx context.Context, m *pglogrepl.RelationMessage) (*pgarrow.Table, error)
+
+// sinkError is an error returned by the Sink: never retried.
+type sinkError struct{ err error }
+
+func (e *sinkError) Error() string { return e.err.Error() }
+func (e *sinkError) Unwrap() error { return e.err }
+
+func sinkErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &sinkError{err}
+}
+
+// relation is what the decoder knows of one relation (by OID).
+type relation struct {
+	table   *pgarrow.Table
+	schema  *arrow.Schema
+	b       *pgarrow.RowBuilder
+	diffs   []int64
+	stopped bool // a definite error was reported: ignore its changes
+	pending bool // in decoder.dirty
+}
+
+// decoder turns pgoutput messages into Sink calls. It holds no connection:
+// its state survives reconnects, so a transaction cut short by a lost
+// connection resumes where its emitted part ended.
+type decoder struct {
+	sink       Sink
+	mem        memory.Allocator
+	resolve    resolveFunc
+	flushRows  int
+	flushBytes int
+	stopAt     frontier.LSN
+
+	rels    map[uint32]*relation
+	stopped map[string]bool // collections with a definite error
+	dirty   []*relation     // relations with rows in their builders
+
+	upper frontier.LSN // last progress reported
+
+	inTxn   bool
+	txnLSN  frontier.LSN // commit LSN of the open transaction
+	seen    int          // DML messages of the open transaction handled
+	emitted int          // of which handed to the sink
+	pendRow int
+	pendB   int
+
+	// After a reconnect in the middle of a transaction: skip the first
+	// skipN DML messages of the transaction at skipLSN (already emitted).
+	skipLSN frontier.LSN
+	skipN   int
+	skip    int
+
+	done bool // StopAt reached
+}
+
+func newDecoder(sink Sink, mem memory.Allocator, resolve resolveFunc, flushRows, flushBytes int, stopAt frontier.LSN) *decoder {
+	return &decoder{sink: sink, mem: mem, resolve: resolve, flushRows: flushRows, flushBytes: flushBytes, stopAt: stopAt,
+		rels: map[uint32]*relation{}, stopped: map[string]bool{}}
+}
+
+// progress reports upper if it is beyond the last one, and notes when
+// StopAt has been passed.
+func (d *decoder) progress(upper frontier.LSN) error {
+	if upper <= d.upper {
+		return nil
+	}
+	d.upper = upper
+	if err := sinkErr(d.sink.Progress(upper)); err != nil {
+		return err
+	}
+	if d.stopAt != 0 && upper > d.stopAt {
+		d.done = true
+	}
+	return nil
+}
+
+// keepalive handles the server's WAL end position from a keepalive: with
+// no transaction open, everything before it has been sent.
+func (d *decoder) keepalive(walEnd frontier.LSN) error {
+	if d.inTxn || d.done {
+		return nil
+	}
+	return d.progress(walEnd)
+}
+
+// interrupted is called when the connection is lost: unflushed rows are
+// dropped, and the part of the open transaction that was emitted will be
+// skipped when the server sends it again.
+func (d *decoder) interrupted() {
+	for _, r := range d.dirty {
+		for _, a := range r.b.NewArrays() {
+			a.Release()
+		}
+		r.diffs = r.diffs[:0]
+		r.pending = false
+	}
+	d.dirty = d.dirty[:0]
+	d.pendRow, d.pendB = 0, 0
+	if d.inTxn {
+		if d.txnLSN == d.skipLSN && d.skip > 0 {
+			// Interrupted again while still skipping: keep the old count.
+			d.skipN = max(d.skipN, d.emitted)
+		} else {
+			d.skipLSN, d.skipN = d.txnLSN, d.emitted
+		}
+	}
+	d.inTxn = false
+}
+
+// handle processes one pgoutput message.
+func (d *decoder) handle(ctx context.Context, m pglogrepl.Message) error {
+	if d.done {
+		return nil
+	}
+	switch m := m.(type) {
+	case *pglogrepl.BeginMessage:
+		if d.inTxn {
+			return fmt.Errorf("pgoutput: BEGIN of %s inside the transaction of %s", frontier.LSN(m.FinalLSN), d.txnLSN)
+		}
+		lsn := frontier.LSN(m.FinalLSN)
+		if d.stopAt != 0 && lsn > d.stopAt {
+			// Every commit at or below StopAt has been emitted.
+			if err := d.progress(lsn); err != nil {
+				return err
+			}
+			d.done = true
+			return nil
+		}
+		d.inTxn, d.txnLSN, d.seen, d.emitted = true, lsn, 0, 0
+		d.skip = 0
+		if lsn == d.skipLSN {
+			d.skip = d.skipN
+		}
+		return nil
+	case *pglogrepl.CommitMessage:
+		if !d.inTxn {
+			return fmt.Errorf("pgoutput: COMMIT at %s outside a transaction", frontier.LSN(m.CommitLSN))
+		}
+		if err := d.flush(); err != nil {
+			return err
+		}
+		d.inTxn = false
+		d.skipLSN, d.skipN, d.skip = 0, 0, 0
+		return d.progress(frontier.LSN(m.TransactionEndLSN))
+	case *pglogrepl.RelationMessage:
+		return d.relation(ctx, m)
+	case *pglogrepl.InsertMessage:
+		return d.dml(m.RelationID, func(r *relation) error {
+			return d.appendTuple(r, m.Tuple, nil, +1)
+		})
+	case *pglogrepl.UpdateMessage:
+		return d.dml(m.RelationID, func(r *relation) error {
+			if m.OldTuple == nil || m.OldTupleType != pglogrepl.UpdateMessageTupleTypeOld {
+				return d.stop(r, fmt.Sprintf("an UPDATE of %s at %s came without the old row (replica identity %s); the collection stops here: run ALTER TABLE %s REPLICA IDENTITY FULL and re-snapshot it",
+					r.table.QualifiedName(), d.txnLSN, r.table.ReplicaIdentity, r.table.QuotedName()))
+			}
+			if err := d.appendTuple(r, m.OldTuple, nil, -1); err != nil || r.stopped {
+				return err
+			}
+			return d.appendTuple(r, m.NewTuple, m.OldTuple, +1)
+		})
+	case *pglogrepl.DeleteMessage:
+		return d.dml(m.RelationID, func(r *relation) error {
+			if m.OldTuple == nil || m.OldTupleType != pglogrepl.DeleteMessageTupleTypeOld {
+				return d.stop(r, fmt.Sprintf("a DELETE from %s at %s came without the old row (replica identity %s); the collection stops here: run ALTER TABLE %s REPLICA IDENTITY FULL and re-snapshot it",
+					r.table.QualifiedName(), d.txnLSN, r.table.ReplicaIdentity, r.table.QuotedName()))
+			}
+			return d.appendTuple(r, m.OldTuple, nil, -1)
+		})
+	case *pglogrepl.TruncateMessage:
+		// A TRUNCATE is one message for all its relations: skip it as one.
+		return d.dml(0, func(*relation) error {
+			for _, id := range m.RelationIDs {
+				r := d.rels[id]
+				if r == nil || r.stopped {
+					continue
+				}
+				if err := d.stop(r, fmt.Sprintf("%s was truncated at %s; the collection stops here: re-snapshot it", r.table.QualifiedName(), d.txnLSN)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	case *pglogrepl.TypeMessage, *pglogrepl.OriginMessage, *pglogrepl.LogicalDecodingMessage:
+		return nil
+	}
+	return fmt.Errorf("pgoutput: unexpected message %T", m)
+}
+
+// dml runs fn for one data message of relation id (0: several), unless the
+// message belongs to the emitted part of a resumed transaction.
+func (d *decoder) dml(id uint32, fn func(*relation) error) error {
+	if !d.inTxn {
+		return fmt.Errorf("pgoutput: data message outside a transaction")
+	}
+	d.seen++
+	if d.skip > 0 {
+		d.skip--
+		d.emitted = d.seen
+		return nil
+	}
+	var r *relation
+	if id != 0 {
+		r = d.rels[id]
+		if r == nil {
+			return fmt.Errorf("pgoutput: change of relation %d before its RELATION message", id)
+		}
+		if r.stopped {
+			return nil
+		}
+	}
+	if err := fn(r); err != nil {
+		return err
+	}
+	if d.pendRow >= d.flushRows || d.pendB >= d.flushBytes {
+		return d.flush()
+	}
+	return nil
+}
+
+// stop reports a definite error of r's collection and ignores it from now on.
+func (d *decoder) stop(r *relation, msg string) error {
+	// Hand over what the transaction has so far, so emitted stays a prefix.
+	if err := d.flush(); err != nil {
+		return err
+	}
+	r.stopped = true
+	name := r.table.QualifiedName()
+	if d.stopped[name] {
+		return nil
+	}
+	d.stopped[name] = true
+	at := d.txnLSN
+	if !d.inTxn {
+		at = d.upper
+	}
+	return sinkErr(d.sink.Error(name, at, msg))
+}
+
+// relation handles a Relation message: the first one of a relation
+// introduces it; a later one that changes its columns or replica identity
+// stops it.
+func (d *decoder) relation(ctx context.Context, m *pglogrepl.RelationMessage) error {
+	old := d.rels[m.RelationID]
+	name := m.Namespace + "." + m.RelationName
+	if old != nil && (old.stopped || d.stopped[name]) {
+		return nil
+	}
+	cols := make([]pgarrow.Column, len(m.Columns))
+	for i, c := range m.Columns {
+		cols[i] = pgarrow.Column{Name: c.Name, TypeOID: c.DataType, TypeMod: c.TypeModifier}
+	}
+	ident := pgarrow.ReplicaIdentityName(m.ReplicaIdentity)
+	if old != nil {
+		if change := describeChange(old.table, cols, name); change != "" {
+			return d.stop(old, fmt.Sprintf("%s at %s; the collection stops here: re-snapshot it", change, d.at()))
+		}
+		if old.table.QualifiedName() == name && old.table.ReplicaIdentity == ident {
+			return nil // the same relation again (a new session, or a harmless ALTER)
+		}
+	}
+	if d.stopped[name] {
+		return nil
+	}
+	t, err := d.resolve(ctx, m)
+	if err != nil {
+		return fmt.Errorf("resolve relation %s: %w", name, err)
+	}
+	r := &relation{table: t}
+	d.rels[m.RelationID] = r
+	if ident != "full" {
+		return d.stop(r, fmt.Sprintf("replica identity of %s is %s at %s, so updates and deletes lack the old row; the collection stops here: run ALTER TABLE %s REPLICA IDENTITY FULL and re-snapshot it",
+			name, strings.ToUpper(ident), d.at(), t.QuotedName()))
+	}
+	if old != nil {
+		// Renamed (same columns): a new collection name.
+		old.stopped = true
+	}
+	if r.b, err = pgarrow.NewRowBuilder(d.mem, t); err != nil {
+		return fmt.Errorf("relation %s: %w", name, err)
+	}
+	r.schema = pipe.DataSchema(t.Fields(), frontier.DomainLSN, arrow.Metadata{})
+	return sinkErr(d.sink.Relation(t))
+}
+
+func (d *decoder) at() frontier.LSN {
+	if d.inTxn {
+		return d.txnLSN
+	}
+	return d.upper
+}
+
+// describeChange says how cols differ from t's columns, or "" if they do
+// not (names, types and type modifiers), or if only the name changed.
+func describeChange(t *pgarrow.Table, cols []pgarrow.Column, name string) string {
+	if t.QualifiedName() != name {
+		// ALTER TABLE ... RENAME (or SET SCHEMA): the collection name changes.
+		return fmt.Sprintf("%s was renamed to %s", t.QualifiedName(), name)
+	}
+	oldBy := map[string]pgarrow.Column{}
+	for _, c := range t.Columns {
+		oldBy[c.Name] = c
+	}
+	newBy := map[string]pgarrow.Column{}
+	for _, c := range cols {
+		newBy[c.Name] = c
+	}
+	var parts []string
+	for _, c := range t.Columns {
+		if _, ok := newBy[c.Name]; !ok {
+			parts = append(parts, fmt.Sprintf("column %s dropped from %s", c.Name, name))
+		}
+	}
+	for _, c := range cols {
+		o, ok := oldBy[c.Name]
+		switch {
+		case !ok:
+			parts = append(parts, fmt.Sprintf("column %s added to %s", c.Name, name))
+		case o.TypeOID != c.TypeOID || o.TypeMod != c.TypeMod:
+			parts = append(parts, fmt.Sprintf("column %s of %s changed type from %s (oid %d, typmod %d) to oid %d, typmod %d",
+				c.Name, name, o.TypeName, o.TypeOID, o.TypeMod, c.TypeOID, c.TypeMod))
+		}
+	}
+	if len(parts) == 0 && len(cols) == len(t.Columns) {
+		for i := range cols {
+			if cols[i].Name != t.Columns[i].Name {
+				parts = append(parts, fmt.Sprintf("columns of %s reordered", name))
+				break
+			}
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// appendTuple appends tuple with diff to r's builder. Unchanged TOASTed
+// columns ('u') are filled from old.
+func (d *decoder) appendTuple(r *relation, tuple, old *pglogrepl.TupleData, diff int64) error {
+	n := len(r.table.Columns)
+	if tuple == nil || len(tuple.Columns) != n {
+		got := 0
+		if tuple != nil {
+			got = len(tuple.Columns)
+		}
+		return fmt.Errorf("pgoutput: a row of %s has %d columns, its relation %d", r.table.QualifiedName(), got, n)
+	}
+	vals := make([][]byte, n)
+	nulls := make([]bool, n)
+	size := 0
+	for i, c := range tuple.Columns {
+		switch c.DataType {
+		case pglogrepl.TupleDataTypeText:
+			vals[i] = c.Data
+		case pglogrepl.TupleDataTypeNull:
+			nulls[i] = true
+		case pglogrepl.TupleDataTypeToast:
+			if old == nil || old.Columns[i].DataType != pglogrepl.TupleDataTypeText {
+				return d.stop(r, fmt.Sprintf("an unchanged TOASTed value of column %s of %s at %s came without its old value; the collection stops here: run ALTER TABLE %s REPLICA IDENTITY FULL and re-snapshot it",
+					r.table.Columns[i].Name, r.table.QualifiedName(), d.txnLSN, r.table.QuotedName()))
+			}
+			vals[i] = old.Columns[i].Data
+		default:
+			return fmt.Errorf("pgoutput: column %s of %s in unexpected format %q", r.table.Columns[i].Name, r.table.QualifiedName(), c.DataType)
+		}
+		size += len(vals[i])
+	}
+	if err := r.b.AppendText(vals, nulls); err != nil {
+		return d.stop(r, fmt.Sprintf("cannot convert a row of %s at %s: %v; the collection stops here", r.table.QualifiedName(), d.txnLSN, err))
+	}
+	r.diffs = append(r.diffs, diff)
+	if !r.pending {
+		r.pending = true
+		d.dirty = append(d.dirty, r)
+	}
+	d.pendRow++
+	d.pendB += size
+	return nil
+}
+
+// flush hands every pending row to the sink.
+func (d *decoder) flush() error {
+	for _, r := range d.dirty {
+		if err := d.flushRel(r); err != nil {
+			return err
+		}
+	}
+	d.dirty = d.dirty[:0]
+	d.pendRow, d.pendB = 0, 0
+	d.emitted = d.seen
+	return nil
+}
+
+func (d *decoder) flushRel(r *relation) error {
+	r.pending = false
+	n := r.b.Len()
+	cols := r.b.NewArrays()
+	defer func() {
+		for _, a := range cols {
+			a.Release()
+		}
+	}()
+	if n == 0 {
+		r.diffs = r.diffs[:0]
+		return nil
+	}
+	tb := array.NewUint64Builder(d.mem)
+	defer tb.Release()
+	tb.Reserve(n)
+	for i := 0; i < n; i++ {
+		tb.UnsafeAppend(uint64(d.txnLSN))
+	}
+	db := array.NewInt64Builder(d.mem)
+	defer db.Release()
+	db.AppendValues(r.diffs, nil)
+	r.diffs = r.diffs[:0]
+	ta, da := tb.NewArray(), db.NewArray()
+	defer ta.Release()
+	defer da.Release()
+	rec := array.NewRecord(r.schema, append(cols[:len(cols):len(cols)], ta, da), int64(n))
+	defer rec.Release()
+	return sinkErr(d.sink.Change(r.table.QualifiedName(), rec))
+}
+
+// release frees the builders.
+func (d *decoder) release() {
+	for _, r := range d.rels {
+		if r.b != nil {
+			r.b.Release()
+		}
+	}
+}

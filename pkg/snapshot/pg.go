@@ -1,0 +1,478 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
+	"github.com/rtrctl/rtrctl/pkg/pgarrow"
+)
+
+// Defaults of Config.
+const (
+	DefaultBatchRows  = 64 << 10
+	DefaultBatchBytes = 32 << 20
+	// minRangePages is the smallest ctid range (8 MiB of heap) PG splits a
+	// table into on its own when Parallel > 1.
+	minRangePages = 1024
+)
+
+// Config says what PG snapshots and how.
+type Config struct {
+	// DSN is a normal (not replication) connection string: a URL or
+	// key=value; empty means the PG* environment variables.
+	DSN string
+	// Publication is the pgoutput publication; the tables must be in it.
+	Publication string
+	// Slot is the permanent logical replication slot (created if missing).
+	// Time 0 of the snapshot holds the tables as of its confirmed_flush_lsn.
+	// It is read but never advanced; nothing else may consume it while PG
+	// runs.
+	Slot string
+	// Tables to snapshot, as SQL names them (orders, public.orders); empty
+	// means every table of the publication.
+	Tables []string
+	// Parallel is the number of connections that copy at once (default 1).
+	Parallel int
+	// BatchRows and BatchBytes bound a record: it ends at whichever comes
+	// first (defaults DefaultBatchRows, DefaultBatchBytes of COPY text).
+	BatchRows, BatchBytes int
+	// RangePages splits tables of more heap pages than this into ctid
+	// ranges of this many pages, copied independently. 0 means automatic
+	// (with Parallel > 1 only: about four ranges per connection, at least
+	// 1024 pages each); negative never splits.
+	RangePages int64
+	// Format is the COPY format: "auto" (the default: binary for tables
+	// whose column types all have a binary decoder, text for the others)
+	// or "text".
+	Format string
+	// OnProgress, if set, is called after every record written, from the
+	// goroutine that calls the Sink.
+	OnProgress func(Progress)
+	// Logger receives debug and info lines; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Progress is a report on a running snapshot.
+type Progress struct {
+	// Phase is "copy" or "rewind".
+	Phase string
+	// Table is the collection of the latest record.
+	Table string
+	// Rows copied so far, over all tables.
+	Rows int64
+	// EstimatedRows is the sum of pg_class.reltuples of the tables, 0 when
+	// unknown (never analyzed).
+	EstimatedRows int64
+	// Rewound is the number of changes rewound so far.
+	Rewound int64
+	// Elapsed since PG began.
+	Elapsed time.Duration
+}
+
+// Result says what PG did.
+type Result struct {
+	// SlotLSN is the permanent slot's start (confirmed_flush_lsn): time 0
+	// holds the tables exactly as of it.
+	SlotLSN frontier.LSN
+	// SlotCreated says whether PG created the slot.
+	SlotCreated bool
+	// SnapshotLSN is the consistent point of the temporary slot that
+	// pinned the copy: the copy saw exactly the transactions whose commit
+	// LSN is below it.
+	SnapshotLSN frontier.LSN
+	// Tables in the order given (or of the publication).
+	Tables []TableResult
+}
+
+// TableResult is one table of a snapshot.
+type TableResult struct {
+	// Name is the collection name, schema.table.
+	Name string
+	// Rows copied (emitted with diff +1).
+	Rows int64
+	// Rewound is the number of updates emitted to rewind the copy from
+	// SnapshotLSN back to SlotLSN.
+	Rewound int64
+	// Ranges is the number of COPY statements the table was copied with
+	// (1, or the number of ctid ranges).
+	Ranges int
+	// Format is the COPY format used: "binary" or "text".
+	Format string
+}
+
+// Rows is the number of rows copied over all tables.
+func (r *Result) Rows() int64 {
+	var n int64
+	for _, t := range r.Tables {
+		n += t.Rows
+	}
+	return n
+}
+
+// Rewound is the number of updates rewound over all tables.
+func (r *Result) Rewound() int64 {
+	var n int64
+	for _, t := range r.Tables {
+		n += t.Rewound
+	}
+	return n
+}
+
+// PG writes a definite snapshot of PostgreSQL tables to sink: every table
+// exactly as of the start of the permanent slot cfg.Slot, at source time
+// 0, however late the copy is taken (docs/snapshot.md):
+//
+//  1. ensure the slot exists; its confirmed_flush_lsn is slot_lsn;
+//  2. create a temporary slot exporting its snapshot; its consistent
+//     point is snapshot_lsn; cfg.Parallel connections import the snapshot
+//     and COPY the tables (large ones in ctid ranges), each row at time 0
+//     with diff +1;
+//  3. read the permanent slot from slot_lsn without confirming anything
+//     and emit every change committed below snapshot_lsn negated, at time
+//     0;
+//  4. report each table complete at time 0 (upper 1).
+func PG(ctx context.Context, cfg Config, sink Sink) (*Result, error) {
+	began := time.Now()
+	cfg = cfg.withDefaults()
+	log := cfg.Logger
+	connCfg, err := probe.ParsePostgresDSN(cfg.DSN)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Publication == "" {
+		return nil, errors.New("snapshot: no publication given")
+	}
+	if cfg.Format != "auto" && cfg.Format != "text" {
+		return nil, fmt.Errorf("snapshot: unknown COPY format %q (want auto or text)", cfg.Format)
+	}
+	if err := CheckSlotName(cfg.Slot); err != nil {
+		return nil, err
+	}
+	conn, err := probe.ConnectPostgres(ctx, connCfg)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	defer conn.Close(context.Background())
+	if err := probe.CheckLogical(ctx, conn); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	tables, err := loadTables(ctx, conn, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+
+	slotLSN, created, err := EnsureSlot(ctx, conn, cfg.Slot)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	res := &Result{SlotLSN: slotLSN, SlotCreated: created}
+	log.Debug("snapshot: slot", "slot", cfg.Slot, "slot_lsn", slotLSN, "created", created)
+
+	snapLSN, err := copyTables(ctx, cfg, connCfg, tables, sink, began)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	res.SnapshotLSN = snapLSN
+	if snapLSN < slotLSN {
+		return nil, fmt.Errorf("snapshot: %w: snapshot at %s is older than slot %s at %s; is something else consuming the slot?",
+			ErrSlot, snapLSN, cfg.Slot, slotLSN)
+	}
+
+	if err := rewind(ctx, cfg, tables, slotLSN, snapLSN, sink, began); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	// The rewind is right only if it began at slot_lsn: a slot that moved
+	// meanwhile was streamed from its new start.
+	now, found, err := readSlot(ctx, conn, cfg.Slot)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	if !found || now != slotLSN {
+		return nil, fmt.Errorf("snapshot: %w: slot %s moved from %s to %s while the snapshot was taken; nothing else may consume it meanwhile",
+			ErrSlot, cfg.Slot, slotLSN, now)
+	}
+
+	done := frontier.Single(frontier.DomainLSN, 1)
+	for _, tb := range tables {
+		if err := sink.Progress(tb.name, done); err != nil {
+			return nil, fmt.Errorf("snapshot: %w", err)
+		}
+		format := "text"
+		if tb.decs != nil {
+			format = "binary"
+		}
+		res.Tables = append(res.Tables, TableResult{Name: tb.name, Rows: tb.rows, Rewound: tb.rewound, Ranges: tb.ranges, Format: format})
+	}
+	return res, nil
+}
+
+func (cfg Config) withDefaults() Config {
+	if cfg.Parallel < 1 {
+		cfg.Parallel = 1
+	}
+	if cfg.BatchRows <= 0 {
+		cfg.BatchRows = DefaultBatchRows
+	}
+	if cfg.BatchBytes <= 0 {
+		cfg.BatchBytes = DefaultBatchBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Format == "" {
+		cfg.Format = "auto"
+	}
+	return cfg
+}
+
+// loadTables resolves, describes and checks the tables to snapshot.
+func loadTables(ctx context.Context, conn *pgx.Conn, cfg Config) ([]*table, error) {
+	rels, err := resolveTables(ctx, conn, cfg.Publication, cfg.Tables)
+	if err != nil {
+		return nil, err
+	}
+	var tables []*table
+	var bad []relName
+	var idents []string
+	for _, r := range rels {
+		t, err := pgarrow.LoadTable(ctx, conn, r.sql())
+		if err != nil {
+			return nil, fmt.Errorf("describe %s: %w", r, err)
+		}
+		if t.ReplicaIdentity != "full" {
+			bad, idents = append(bad, r), append(idents, t.ReplicaIdentity)
+			continue
+		}
+		tb := &table{t: t, rel: r, name: r.String(), schema: dataSchema(t), colsSQL: columnList(t)}
+		if decs, ok := binaryDecoders(t); ok && cfg.Format == "auto" {
+			tb.decs = decs
+		}
+		var tuples float64
+		if err := conn.QueryRow(ctx, "SELECT relkind::text, relpages::int8, reltuples::float8 FROM pg_class WHERE oid = $1",
+			t.OID).Scan(&tb.relkind, &tb.relpages, &tuples); err != nil {
+			return nil, fmt.Errorf("describe %s: %w", r, err)
+		}
+		if tuples > 0 {
+			tb.tuples = int64(tuples)
+		}
+		tables = append(tables, tb)
+	}
+	if len(bad) > 0 {
+		return nil, replicaIdentityError(bad, idents)
+	}
+	return tables, nil
+}
+
+// plan lists the COPY tasks: larger tables first, so that the last task
+// to finish is a small one; each large table as ctid ranges.
+func plan(tables []*table, parallel int, rangePages int64) []task {
+	var total int64
+	for _, tb := range tables {
+		total += tb.relpages
+	}
+	if rangePages == 0 && parallel > 1 {
+		rangePages = max(total/int64(4*parallel), minRangePages)
+	}
+	order := append([]*table(nil), tables...)
+	// Stable, so equal sizes keep the given order.
+	for i := 1; i < len(order); i++ {
+		for j := i; j > 0 && order[j].relpages > order[j-1].relpages; j-- {
+			order[j], order[j-1] = order[j-1], order[j]
+		}
+	}
+	var tasks []task
+	for _, tb := range order {
+		var ranges [][2]int64
+		if tb.relkind == "r" {
+			ranges = splitPages(tb.relpages, rangePages)
+		}
+		if len(ranges) == 0 {
+			tasks = append(tasks, task{tb: tb})
+			tb.ranges = 1
+			continue
+		}
+		for _, r := range ranges {
+			tasks = append(tasks, task{tb: tb, lo: r[0], hi: r[1], ranged: true})
+		}
+		tb.ranges = len(ranges)
+	}
+	return tasks
+}
+
+// copyTables exports a snapshot pinned to an LSN, copies every table
+// against it on cfg.Parallel connections and writes the rows to sink. It
+// returns the snapshot's LSN.
+func copyTables(ctx context.Context, cfg Config, connCfg *pgx.ConnConfig, tables []*table, sink Sink, began time.Time) (frontier.LSN, error) {
+	replCfg := connCfg.Copy()
+	if replCfg.RuntimeParams == nil {
+		replCfg.RuntimeParams = map[string]string{}
+	}
+	replCfg.RuntimeParams["replication"] = "database"
+	repl, err := probe.ConnectPostgres(ctx, replCfg)
+	if err != nil {
+		return 0, fmt.Errorf("open replication connection: %w", err)
+	}
+	replOpen := true
+	closeRepl := func() {
+		if replOpen {
+			repl.Close(context.Background()) // drops the temporary slot
+			replOpen = false
+		}
+	}
+	defer closeRepl()
+	snap, err := exportSnapshot(ctx, repl.PgConn())
+	if err != nil {
+		return 0, err
+	}
+	cfg.Logger.Debug("snapshot: exported", "snapshot", snap.name, "snapshot_lsn", snap.lsn, "temporary_slot", snap.slot)
+
+	// Every worker imports the snapshot before the exporting connection
+	// moves on (which ends the export).
+	workers := make([]*pgx.Conn, cfg.Parallel)
+	defer func() {
+		for _, w := range workers {
+			if w != nil {
+				w.Close(context.Background())
+			}
+		}
+	}()
+	copyCfg := connCfg.Copy()
+	pgarrow.ConfigureSession(copyCfg)
+	g, gctx := errgroup.WithContext(ctx)
+	for i := range workers {
+		g.Go(func() error {
+			w, err := probe.ConnectPostgres(gctx, copyCfg)
+			if err != nil {
+				return fmt.Errorf("open copy connection: %w", err)
+			}
+			workers[i] = w
+			if _, err := w.Exec(gctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+				return fmt.Errorf("begin copy transaction: %w", err)
+			}
+			if _, err := w.Exec(gctx, fmt.Sprintf("SET TRANSACTION SNAPSHOT '%s'", snap.name)); err != nil {
+				return fmt.Errorf("import snapshot %s: %w", snap.name, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return 0, err
+	}
+	closeRepl()
+
+	tasks := plan(tables, cfg.Parallel, cfg.RangePages)
+	var estimate int64
+	for _, tb := range tables {
+		estimate += tb.tuples
+	}
+	queue := make(chan task, len(tasks))
+	for _, k := range tasks {
+		queue <- k
+	}
+	close(queue)
+	out := make(chan batch, 2*cfg.Parallel)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	g, gctx = errgroup.WithContext(wctx)
+	for _, w := range workers {
+		g.Go(func() error { return copyWorker(gctx, w, cfg, queue, out) })
+	}
+	var werr error
+	go func() {
+		werr = g.Wait()
+		close(out)
+	}()
+	var rows int64
+	var serr error
+	for b := range out {
+		if serr == nil {
+			n := b.rec.NumRows()
+			serr = sink.Data(b.tb.name, b.rec)
+			b.tb.rows += n
+			rows += n
+			if serr == nil && cfg.OnProgress != nil {
+				cfg.OnProgress(Progress{Phase: "copy", Table: b.tb.name, Rows: rows, EstimatedRows: estimate, Elapsed: time.Since(began)})
+			}
+		}
+		b.rec.Release()
+		if serr != nil {
+			stop() // the workers end; drain what they already sent
+		}
+	}
+	if serr != nil {
+		return 0, serr
+	}
+	if werr != nil {
+		return 0, werr
+	}
+	return snap.lsn, nil
+}
+
+// copyWorker runs COPY tasks from queue on conn (inside the imported
+// snapshot) until the queue is empty.
+func copyWorker(ctx context.Context, conn *pgx.Conn, cfg Config, queue <-chan task, out chan<- batch) error {
+	consts := newConstants(cfg.BatchRows)
+	builders := map[*table]*pgarrow.RowBuilder{}
+	bins := map[*table]*binCopier{}
+	defer func() {
+		for _, rb := range builders {
+			rb.Release()
+		}
+		for _, bc := range bins {
+			bc.release()
+		}
+	}()
+	for k := range queue {
+		c := &copier{ctx: ctx, tb: k.tb, consts: consts, out: out, maxRows: cfg.BatchRows, maxBytes: cfg.BatchBytes}
+		if k.tb.decs != nil {
+			bc := bins[k.tb]
+			if bc == nil {
+				bc = newBinCopier(c, memory.DefaultAllocator, k.tb.decs)
+				bins[k.tb] = bc
+			}
+			bc.base, bc.header, bc.trailer, bc.buf = c, false, false, bc.buf[:0]
+			if _, err := conn.PgConn().CopyTo(ctx, bc, k.sql()); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return fmt.Errorf("copy %s: %w", k.tb.name, err)
+			}
+			if err := bc.finish(); err != nil {
+				return err
+			}
+			continue
+		}
+		rb := builders[k.tb]
+		if rb == nil {
+			var err error
+			if rb, err = pgarrow.NewRowBuilder(memory.DefaultAllocator, k.tb.t); err != nil {
+				return fmt.Errorf("copy %s: %w", k.tb.name, err)
+			}
+			builders[k.tb] = rb
+		}
+		c.rb = rb
+		if _, err := conn.PgConn().CopyTo(ctx, c, k.sql()); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("copy %s: %w", k.tb.name, err)
+		}
+		if err := c.flush(); err != nil {
+			return err
+		}
+	}
+	_, err := conn.Exec(ctx, "COMMIT")
+	if err != nil {
+		return fmt.Errorf("end copy transaction: %w", err)
+	}
+	return nil
+}
