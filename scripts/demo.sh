@@ -8,8 +8,10 @@ RTRCTL=${RTRCTL:-bin/rtrctl}
 
 work=$(mktemp -d /tmp/rtr-demo.XXXXXX)
 kafka_pid=
+ingest_pid=
 cleanup() {
 	[ -n "$kafka_pid" ] && kill "$kafka_pid" 2>/dev/null || true
+	[ -n "$ingest_pid" ] && kill "$ingest_pid" 2>/dev/null && wait "$ingest_pid" 2>/dev/null || true
 	go run ./internal/testenv/cmd/rtr-services down "$work/services" >/dev/null 2>&1 || true
 	rm -rf "$work"
 }
@@ -40,11 +42,11 @@ show() { # label, frontier args...
 }
 
 step "PostgreSQL: pg_current_wal_insert_lsn()"
-psql -q "$PG" -c "CREATE TABLE IF NOT EXISTS orders (id serial PRIMARY KEY, item text)"
+psql -q "$PG" -c "CREATE TABLE IF NOT EXISTS notes (id serial PRIMARY KEY, body text)"
 show before --source pg --dsn "$PG"
-psql -q "$PG" -c "INSERT INTO orders (item) VALUES ('apples')"
+psql -q "$PG" -c "INSERT INTO notes (body) VALUES ('hello')"
 show after --source pg --dsn "$PG"
-psql -q "$PG" -c "SET synchronous_commit = off; INSERT INTO orders (item) VALUES ('pears')"
+psql -q "$PG" -c "SET synchronous_commit = off; INSERT INTO notes (body) VALUES ('async hello')"
 show "async" --source pg --dsn "$PG"
 
 step "MariaDB: @@global.gtid_binlog_pos (domain-server-seq)"
@@ -62,5 +64,57 @@ show after --source kafka --brokers "$BROKERS" --topic orders
 printf 'plums\n' | kcat -P -b "$BROKERS" -t orders -p 2
 show after --source kafka --brokers "$BROKERS" --topic orders
 "$RTRCTL" frontier --source kafka --brokers "$BROKERS" --topic orders --output json
+
+step "The main job: rtrctl ingest keeps a store in step with PostgreSQL"
+psql -q -v ON_ERROR_STOP=1 "$PG" <<'SQL'
+CREATE TABLE accounts (id int PRIMARY KEY, owner text, balance bigint NOT NULL);
+CREATE TABLE orders (id int PRIMARY KEY, account int, lines int, placed timestamptz DEFAULT now());
+CREATE TABLE order_lines (order_id int, line int, item text, qty int, PRIMARY KEY (order_id, line));
+ALTER TABLE accounts REPLICA IDENTITY FULL;
+ALTER TABLE orders REPLICA IDENTITY FULL;
+ALTER TABLE order_lines REPLICA IDENTITY FULL;
+INSERT INTO accounts SELECT g, 'owner-' || g, 1000 FROM generate_series(1, 5) g;
+CREATE PUBLICATION demo FOR TABLE accounts, orders, order_lines;
+SQL
+STORE=$work/store
+"$RTRCTL" --log-level warn ingest --source pg --dsn "$PG" --publication demo --store "$STORE" --interval 100ms &
+ingest_pid=$!
+echo "ingest running (pid $ingest_pid) into $STORE"
+wait_for() { # wait until rtrctl read shows the expected line count for a collection
+	for _ in $(seq 100); do
+		n=$("$RTRCTL" read "$STORE" "$1" --format csv 2>/dev/null | wc -l || true)
+		[ "$n" -ge "$2" ] && return 0
+		sleep 0.1
+	done
+	echo "timed out waiting for $1 to reach $2 lines" >&2; return 1
+}
+wait_for public.accounts 6
+"$RTRCTL" read "$STORE" public.accounts
+
+step "a writer: transfers between accounts and an order with its lines, in transactions"
+psql -q -v ON_ERROR_STOP=1 "$PG" <<'SQL'
+BEGIN; UPDATE accounts SET balance = balance - 250 WHERE id = 1; UPDATE accounts SET balance = balance + 250 WHERE id = 2; COMMIT;
+BEGIN; INSERT INTO orders (id, account, lines) VALUES (1, 3, 2);
+       INSERT INTO order_lines VALUES (1, 1, 'apples', 3), (1, 2, 'pears', 5); COMMIT;
+BEGIN; UPDATE accounts SET balance = balance - 100 WHERE id = 3; UPDATE accounts SET balance = balance + 100 WHERE id = 5; COMMIT;
+SQL
+wait_for public.order_lines 3
+"$RTRCTL" status "$STORE" --dsn "$PG"
+echo
+"$RTRCTL" read "$STORE" public.accounts
+echo
+"$RTRCTL" read "$STORE" public.order_lines
+echo
+echo "every change as (row, time, diff) on the system timeline:"
+"$RTRCTL" read "$STORE" public.accounts --changes --format csv
+echo
+echo "the sum of balances is the same at every time the store holds:"
+for t in $("$RTRCTL" read "$STORE" public.accounts --changes --format csv | awk -F, 'NR > 1 { print $4 }' | sort -u); do
+	printf '  as of %s: sum = %s\n' "$t" "$("$RTRCTL" read "$STORE" public.accounts --as-of "$t" --format csv | awk -F, 'NR > 1 { s += $3 } END { print s }')"
+done
+
+step "stopping ingest with SIGTERM (it commits what is complete and exits 0)"
+kill -TERM "$ingest_pid"; wait "$ingest_pid"; ingest_pid=
+echo "exit status 0"
 
 step "done; the servers are stopped and removed"
