@@ -26,6 +26,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
+	"github.com/rtrctl/rtrctl/internal/arrowutil"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/store"
@@ -437,28 +438,9 @@ func take(rec arrow.Record, rows []int, mem memory.Allocator) (arrow.Record, err
 			p.Release()
 		}
 	}()
-	if len(parts) == 1 {
-		parts[0].Retain()
-		return parts[0], nil
-	}
-	cols := make([]arrow.Array, rec.NumCols())
-	for c := range cols {
-		arrs := make([]arrow.Array, len(parts))
-		for k, p := range parts {
-			arrs[k] = p.Column(c)
-		}
-		a, err := array.Concatenate(arrs, mem)
-		if err != nil {
-			for _, done := range cols[:c] {
-				done.Release()
-			}
-			return nil, fmt.Errorf("reclock: select rows: %w", err)
-		}
-		cols[c] = a
-	}
-	out := array.NewRecord(rec.Schema(), cols, int64(len(rows)))
-	for _, c := range cols {
-		c.Release()
+	out, err := arrowutil.Concat(rec.Schema(), parts, mem)
+	if err != nil {
+		return nil, fmt.Errorf("reclock: select rows: %w", err)
 	}
 	return out, nil
 }

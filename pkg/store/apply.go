@@ -12,6 +12,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
+	"github.com/rtrctl/rtrctl/internal/arrowutil"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 )
@@ -362,7 +363,7 @@ func (s *Store) prepareCommit(ctx context.Context, name string, p *pending, newU
 		if newUpper <= expected && rows == 0 {
 			return nil // nothing new
 		}
-		rec, err := concatRecords(schema, recs, mem)
+		rec, err := arrowutil.Concat(schema, recs, mem)
 		if err != nil {
 			return err
 		}
@@ -436,39 +437,4 @@ func (s *Store) applyBindings(ctx context.Context, source string, bs []frontier.
 	}
 	_, err = s.AppendBindings(ctx, source, expected, bs[len(bs)-1].Time+1, bs)
 	return err
-}
-
-// concatRecords joins records of one schema into one (nil when empty).
-func concatRecords(schema *arrow.Schema, recs []arrow.Record, mem memory.Allocator) (arrow.Record, error) {
-	switch len(recs) {
-	case 0:
-		return nil, nil
-	case 1:
-		recs[0].Retain()
-		return recs[0], nil
-	}
-	cols := make([]arrow.Array, schema.NumFields())
-	var n int64
-	for _, r := range recs {
-		n += r.NumRows()
-	}
-	for i := range cols {
-		parts := make([]arrow.Array, len(recs))
-		for j, r := range recs {
-			parts[j] = r.Column(i)
-		}
-		c, err := array.Concatenate(parts, mem)
-		if err != nil {
-			for _, done := range cols[:i] {
-				done.Release()
-			}
-			return nil, fmt.Errorf("concatenate column %s: %w", schema.Field(i).Name, err)
-		}
-		cols[i] = c
-	}
-	rec := array.NewRecord(schema, cols, n)
-	for _, c := range cols {
-		c.Release()
-	}
-	return rec, nil
 }

@@ -1,0 +1,46 @@
+// Package arrowutil holds the small Arrow helpers several packages need.
+package arrowutil
+
+import (
+	"fmt"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/memory"
+)
+
+// Concat joins records of one schema into one record (nil when recs is
+// empty; recs[0] retained when there is one). The caller releases it.
+func Concat(schema *arrow.Schema, recs []arrow.Record, mem memory.Allocator) (arrow.Record, error) {
+	switch len(recs) {
+	case 0:
+		return nil, nil
+	case 1:
+		recs[0].Retain()
+		return recs[0], nil
+	}
+	cols := make([]arrow.Array, schema.NumFields())
+	var n int64
+	for _, r := range recs {
+		n += r.NumRows()
+	}
+	for i := range cols {
+		parts := make([]arrow.Array, len(recs))
+		for j, r := range recs {
+			parts[j] = r.Column(i)
+		}
+		c, err := array.Concatenate(parts, mem)
+		if err != nil {
+			for _, done := range cols[:i] {
+				done.Release()
+			}
+			return nil, fmt.Errorf("concatenate column %s: %w", schema.Field(i).Name, err)
+		}
+		cols[i] = c
+	}
+	rec := array.NewRecord(schema, cols, n)
+	for _, c := range cols {
+		c.Release()
+	}
+	return rec, nil
+}
