@@ -4,6 +4,7 @@
 # Markdown (paste into docs/benchmarks.md) and to bench-results/ as raw
 # output.
 set -euo pipefail
+shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 RTRCTL=${RTRCTL:-bin/rtrctl}
 out=bench-results
@@ -19,7 +20,7 @@ echo "## Machine"
 echo
 echo "- $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 echo "- $(free -g | awk '/Mem:/ {print $2}') GiB memory; $(go version)"
-echo "- $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "- $(date -u +%Y-%m-%dT%H:%MZ); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 
 echo "## Store micro-benchmarks (GOMAXPROCS=1)"
@@ -49,3 +50,147 @@ for pct in 0 10; do
 done
 echo
 echo "(All three run as built binaries with GOMAXPROCS=1; store append includes sorting, consolidation and fsync; read includes consolidation.)"
+
+echo
+
+# ---------------------------------------------------------------------------
+# PostgreSQL: rtrctl beside PostgreSQL's own clients, against a throwaway
+# server started for this run (the same one `make test` uses).
+# ---------------------------------------------------------------------------
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+for tool in "$PG_BIN/pg_recvlogical" /usr/bin/time; do
+	[ -x "$tool" ] || { echo "bench.sh: $tool is missing (Debian packages postgresql-15 and time)" >&2; exit 1; }
+done
+services="$work/services"
+cleanup() {
+	[ -n "${ingest_pid:-}" ] && kill -INT "$ingest_pid" 2>/dev/null && wait "$ingest_pid" 2>/dev/null
+	go run ./internal/testenv/cmd/rtr-services down "$services" >/dev/null 2>&1 || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+log="$out/pg.log"
+: > "$log"
+go run ./internal/testenv/cmd/rtr-services up "$services" > /dev/null 2>> "$log"
+# shellcheck disable=SC1091
+source "$services/env"
+psql "$RTR_TEST_PG_DSN" -Xq -c "CREATE DATABASE bench"
+# The same server, database bench (the DSN, password included, is never printed).
+DSN=$(printf '%s' "$RTR_TEST_PG_DSN" | sed 's#/[^/?]*?#/bench?#')
+sql() { psql "$DSN" -Xq -v ON_ERROR_STOP=1 "$@" >> "$log"; }
+lsn() { psql "$DSN" -XAtc "SELECT pg_current_wal_insert_lsn()"; }
+lsn2int() { echo $(( (16#${1%/*} << 32) + 16#${1#*/} )); }
+secs() { local s e; s=$(now); "$@"; e=$(now); awk -v s="$s" -v e="$e" 'BEGIN { printf "%.2f", e - s }'; }
+# median3 runs a command three times and prints the median time in seconds.
+median3() { local a b c; a=$(secs "$@"); b=$(secs "$@"); c=$(secs "$@"); printf '%s\n%s\n%s\n' "$a" "$b" "$c" | sort -n | sed -n 2p; }
+xratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
+cols="id bigint PRIMARY KEY, n int NOT NULL, name text, price float8, at timestamptz, ok bool"
+rows() { echo "SELECT i, i % 1000, 'name number ' || i, i * 0.25, '2024-01-01'::timestamptz + i * interval '1 second', i % 2 = 0 FROM generate_series($1, $2) i"; }
+
+echo "## PostgreSQL snapshot: 1M rows of (bigint, int, text, float8, timestamptz, bool)"
+echo
+echo "(PostgreSQL 15 on the same machine, started for this run; load average now: $(cut -d' ' -f1-3 /proc/loadavg).)"
+echo
+sql -c "CREATE TABLE snap ($cols)" -c "ALTER TABLE snap REPLICA IDENTITY FULL" \
+	-c "INSERT INTO snap $(rows 1 1000000)" -c "VACUUM ANALYZE snap" -c "CREATE PUBLICATION pub_snap FOR TABLE snap"
+copy_binary() { psql "$DSN" -Xqc "COPY snap TO STDOUT (FORMAT binary)" > /dev/null; }
+snapshot() { "$RTRCTL" --log-level warn snapshot --source pg --dsn "$DSN" --publication pub_snap --slot rtr_snap --parallel "$1" > /dev/null 2>> "$log"; }
+copy_binary; snapshot 1 # warm up; creates the slot
+base=$(median3 copy_binary)
+p1=$(median3 snapshot 1)
+p2=$(median3 snapshot 2)
+sql -c "SELECT pg_drop_replication_slot('rtr_snap')"
+echo '| command (median of 3) | seconds | rows/s | time vs baseline |'
+echo '| --- | --- | --- | --- |'
+echo "| baseline: \`psql -c \"COPY snap TO STDOUT (FORMAT binary)\" > /dev/null\` | $base | $(awk -v t="$base" 'BEGIN { printf "%.0f", 1e6 / t }') | 1.00x |"
+echo "| \`rtrctl snapshot --parallel 1 > /dev/null\` | $p1 | $(awk -v t="$p1" 'BEGIN { printf "%.0f", 1e6 / t }') | $(xratio "$p1" "$base") |"
+echo "| \`rtrctl snapshot --parallel 2 > /dev/null\` | $p2 | $(awk -v t="$p2" 'BEGIN { printf "%.0f", 1e6 / t }') | $(xratio "$p2" "$base") |"
+echo
+
+echo "## PostgreSQL replication: 1M inserted rows in 10 transactions"
+echo
+# autovacuum off on the table, so that it does not run during one reader
+# and not another.
+sql -c "CREATE TABLE chg ($cols) WITH (autovacuum_enabled = off)" -c "ALTER TABLE chg REPLICA IDENTITY FULL" -c "CREATE PUBLICATION pub_chg FOR TABLE chg"
+reps="1 2 3"
+# Every reader's slot exists before the changes are made: rtrctl replicate
+# never advances its slot, so one serves every run; pg_recvlogical and
+# ingest confirm theirs, so each run has its own (and ingest its own store).
+sql -c "SELECT pg_create_logical_replication_slot('rtr_rep', 'pgoutput')"
+for r in $reps; do sql -c "SELECT pg_create_logical_replication_slot('recv$r', 'pgoutput')"; done
+ingest() { "$RTRCTL" --log-level warn ingest --source pg --dsn "$DSN" --publication pub_chg --slot "rtr_ing$1" --store "$work/store$1" 2>> "$log" & ingest_pid=$!; }
+# wait_ingested R U: wait until store R holds public.chg complete below LSN
+# upper U (the collection's frontier in 'rtrctl status').
+wait_ingested() {
+	local want got deadline=$(( $(date +%s) + 600 ))
+	want=$(lsn2int "$2")
+	while :; do
+		got=$("$RTRCTL" status "$work/store$1" 2>/dev/null | awk '$1 == "public.chg" && $4 ~ /\// { print $4 }')
+		[ -n "$got" ] && [ "$(lsn2int "$got")" -ge "$want" ] && return 0
+		kill -0 "$ingest_pid" 2>/dev/null || { echo "rtrctl ingest exited; see $log" >&2; return 1; }
+		[ "$(date +%s)" -lt "$deadline" ] || { echo "rtrctl ingest did not reach $2 in 600 s" >&2; return 1; }
+		sleep 0.2
+	done
+}
+stop_ingest() {
+	kill -INT "$ingest_pid"
+	wait "$ingest_pid" || { echo "rtrctl ingest exited with status $? after SIGINT; see $log" >&2; return 1; }
+	ingest_pid=
+}
+# Each ingest's definite snapshot of the (still empty) table; then stop it.
+for r in $reps; do ingest "$r"; wait_ingested "$r" "$(lsn)"; stop_ingest; done
+for k in $(seq 0 9); do sql -c "INSERT INTO chg $(rows $((k * 100000 + 1)) $(((k + 1) * 100000)))"; done
+sql -c "CHECKPOINT"
+L=$(lsn)
+recv() { "$PG_BIN/pg_recvlogical" -d "$DSN" --slot "recv$1" --start --no-loop -o proto_version=1 -o publication_names=pub_chg --plugin=pgoutput --endpos="$2" -f /dev/null 2>> "$log"; }
+# replicate FROM TO: time and peak RSS (KiB) of rtrctl replicate.
+replicate() {
+	/usr/bin/time -f '%e %M' -o "$work/time.txt" "$RTRCTL" --log-level warn replicate --source pg --dsn "$DSN" --publication pub_chg --slot rtr_rep --start-lsn "$1" --stop-at "$2" > /dev/null 2>> "$log"
+	cat "$work/time.txt"
+}
+# ingest_until R U: seconds and peak RSS (KiB) of resuming ingest R until U.
+ingest_until() {
+	local s e rss
+	s=$(now); ingest "$1"; wait_ingested "$1" "$2"; e=$(now)
+	rss=$(awk '/^VmHWM:/ { print $2 }' "/proc/$ingest_pid/status")
+	stop_ingest
+	awk -v s="$s" -v e="$e" -v m="$rss" 'BEGIN { printf "%.2f %d\n", e - s, m }'
+}
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+maxof() { sort -n | tail -1; }
+# run_all FROM TO WHAT: the three readers, interleaved, three times each.
+run_all() {
+	: > "$work/recv.txt"; : > "$work/rep.txt"; : > "$work/ing.txt"
+	for r in $reps; do
+		secs recv "$r" "$2" >> "$work/recv.txt"; echo >> "$work/recv.txt"
+		replicate "$1" "$2" >> "$work/rep.txt"
+		ingest_until "$r" "$2" >> "$work/ing.txt"
+	done
+	for f in recv rep ing; do { echo "# $3: stop at $2"; cat "$work/$f.txt"; } >> "$out/pg-$f.txt"; done
+	t_recv=$(median < "$work/recv.txt")
+	t_rep=$(cut -d' ' -f1 "$work/rep.txt" | median); rss_rep=$(cut -d' ' -f2 "$work/rep.txt" | maxof)
+	t_ing=$(cut -d' ' -f1 "$work/ing.txt" | median); rss_ing=$(cut -d' ' -f2 "$work/ing.txt" | maxof)
+}
+per_s() { awk -v t="$1" 'BEGIN { printf "%.0f", 1e6 / t }'; }
+S=$(psql "$DSN" -XAtc "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'rtr_rep'")
+rm -f "$out"/pg-{recv,rep,ing}.txt
+run_all "$S" "$L" "10 transactions"
+echo '| command (median of 3, interleaved) | seconds | changes/s | time vs baseline | peak RSS (max of 3) |'
+echo '| --- | --- | --- | --- | --- |'
+echo "| baseline: \`pg_recvlogical --plugin=pgoutput -o proto_version=1 -o publication_names=P --endpos=L -f /dev/null\` | $t_recv | $(per_s "$t_recv") | 1.00x | |"
+echo "| \`rtrctl replicate --stop-at L > /dev/null\` | $t_rep | $(per_s "$t_rep") | $(xratio "$t_rep" "$t_recv") | $((rss_rep / 1024)) MiB |"
+echo "| \`rtrctl ingest\` (resumed after its empty snapshot) until the store holds everything below L | $t_ing | $(per_s "$t_ing") | $(xratio "$t_ing" "$t_recv") | $((rss_ing / 1024)) MiB |"
+echo
+
+echo "## PostgreSQL: one transaction of 1,000,000 inserted rows"
+echo
+sql -c "INSERT INTO chg $(rows 1000001 2000000)"
+sql -c "CHECKPOINT"
+L2=$(lsn)
+run_all "$L" "$L2" "one transaction"
+echo '| command (median of 3, interleaved) | seconds | changes/s | time vs baseline | peak RSS (max of 3) |'
+echo '| --- | --- | --- | --- | --- |'
+echo "| baseline: \`pg_recvlogical ... --endpos=L2 -f /dev/null\` | $t_recv | $(per_s "$t_recv") | 1.00x | |"
+echo "| \`rtrctl replicate --start-lsn L --stop-at L2 > /dev/null\` | $t_rep | $(per_s "$t_rep") | $(xratio "$t_rep" "$t_recv") | $((rss_rep / 1024)) MiB |"
+echo "| \`rtrctl ingest\` until the store holds everything below L2 | $t_ing | $(per_s "$t_ing") | $(xratio "$t_ing" "$t_recv") | $((rss_ing / 1024)) MiB |"
+echo
+echo "(Peak RSS: \`/usr/bin/time -f %M\` for replicate, VmHWM of the running process for ingest. Ingest times run from the process start to the first \`rtrctl status\` poll (every 0.2 s) that shows the collection complete below the stop LSN. Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg).)"

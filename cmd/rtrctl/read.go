@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
@@ -44,8 +45,19 @@ Formats: table (aligned, NULL for nulls), csv (header row of column names),
 json (one object per row), arrow (the pipe format, to pipe onward: as-of
 reads carry _time = the read time and _diff = the multiplicity).
 
+DIR "-" reads the pipe format on stdin instead of a store: the output of a
+stage (snapshot, replicate, reclock). The data streams of COLLECTION are
+consolidated (diffs summed per identical row over all their times) and
+printed; times are in the collection's time domain (an LSN for
+PostgreSQL, as a number or as 0/16B3748). --as-of T takes only updates at
+times <= T, --changes prints every update consolidated per (row, time)
+with _time and _diff (and _partition), --from/--to bound them. --as-of,
+--from and --to need an unpartitioned domain (lsn, system_ms).
+
 Examples:
   rtrctl read ./data public.orders
+  rtrctl snapshot --source pg --publication rtr --slot s | rtrctl read - public.orders
+  rtrctl replicate --source pg --publication rtr --slot s --stop-at 0/1A2B3C8 | rtrctl read - public.orders --changes
   rtrctl read ./data public.orders --as-of 1732900000000 --format csv
   rtrctl read ./data public.orders --changes --from 1732900000000 --to 1732900600000
   rtrctl read ./data public.orders --format arrow | rtrctl store append ./copy`,
@@ -66,14 +78,15 @@ Examples:
 			default:
 				return usagef("use --format table, csv, json or arrow", "bad --format %q", opts.format)
 			}
+			pipeIn := opts.dir == "-"
 			var err error
-			if opts.asOf, err = timeFlag(c, "as-of"); err != nil {
+			if opts.asOf, err = timeFlag(c, "as-of", pipeIn); err != nil {
 				return err
 			}
-			if opts.from, err = timeFlag(c, "from"); err != nil {
+			if opts.from, err = timeFlag(c, "from", pipeIn); err != nil {
 				return err
 			}
-			if opts.to, err = timeFlag(c, "to"); err != nil {
+			if opts.to, err = timeFlag(c, "to", pipeIn); err != nil {
 				return err
 			}
 			if opts.changes && opts.asOf != nil {
@@ -82,17 +95,32 @@ Examples:
 			if !opts.changes && (opts.from != nil || opts.to != nil) {
 				return usagef("add --changes to read changes between --from and --to", "--from/--to need --changes")
 			}
+			if pipeIn {
+				return runReadPipe(c.Context, c.App.Reader, c.App.Writer, c.App.ErrWriter, opts)
+			}
 			return runRead(c.Context, c.App.Writer, opts)
 		},
 	}
 }
 
-func timeFlag(c *cli.Context, name string) (*uint64, error) {
+// timeFlag parses a time flag: milliseconds since the Unix epoch for a
+// store; for a pipe (pipeIn) a position in the collection's domain, which
+// may also be given as an LSN (0/16B3748).
+func timeFlag(c *cli.Context, name string, pipeIn bool) (*uint64, error) {
 	if !c.IsSet(name) {
 		return nil, nil
 	}
 	v, err := strconv.ParseUint(c.String(name), 10, 64)
+	if err != nil && pipeIn && strings.Contains(c.String(name), "/") {
+		var l frontier.LSN
+		if l, err = frontier.ParseLSN(c.String(name)); err == nil {
+			v = uint64(l)
+		}
+	}
 	if err != nil {
+		if pipeIn {
+			return nil, usagef("times of a pipe are positions in its time domain: a number, or an LSN such as 0/16B3748", "bad --%s %q", name, c.String(name))
+		}
 		return nil, usagef("times are milliseconds since the Unix epoch, e.g. 1732900000000", "bad --%s %q", name, c.String(name))
 	}
 	return &v, nil
@@ -130,7 +158,7 @@ func runRead(ctx context.Context, w io.Writer, opts readOptions) error {
 		}
 		defer rec.Release()
 		if opts.format == "arrow" {
-			return writeArrow(w, opts.collection, rec)
+			return writeArrow(w, opts.collection, frontier.DomainSystem, rec)
 		}
 		return render.Rows(w, opts.format, rec, nil)
 	}
@@ -151,7 +179,7 @@ func runRead(ctx context.Context, w io.Writer, opts readOptions) error {
 			return err
 		}
 		defer withTime.Release()
-		return writeArrow(w, opts.collection, withTime)
+		return writeArrow(w, opts.collection, frontier.DomainSystem, withTime)
 	}
 	for i := 0; i < diffs.Len(); i++ {
 		if diffs.Value(i) < 0 {
@@ -189,16 +217,17 @@ func addTimeColumn(rec arrow.Record, t uint64) (arrow.Record, error) {
 	return array.NewRecord(arrow.NewSchema(fields, nil), cols, rec.NumRows()), nil
 }
 
-// writeArrow writes rec (user columns + _time + _diff) as one data stream.
-func writeArrow(w io.Writer, collection string, rec arrow.Record) error {
+// writeArrow writes rec (user columns + _time + _diff, then _partition for
+// partitioned domains) as one data stream of domain d.
+func writeArrow(w io.Writer, collection string, d frontier.Domain, rec arrow.Record) error {
 	pw := pipe.NewWriter(w, memory.DefaultAllocator)
-	n := int(rec.NumCols())
-	fields := make([]arrow.Field, 0, n-2)
-	for _, f := range rec.Schema().Fields()[:n-2] {
-		fields = append(fields, f)
+	n := int(rec.NumCols()) - 2
+	if d.Partitioned() {
+		n--
 	}
-	h := pipe.Header{Kind: pipe.KindData, Collection: collection, Domain: frontier.DomainSystem}
-	schema := pipe.DataSchema(fields, frontier.DomainSystem, h.Metadata())
+	fields := append([]arrow.Field(nil), rec.Schema().Fields()[:n]...)
+	h := pipe.Header{Kind: pipe.KindData, Collection: collection, Domain: d}
+	schema := pipe.DataSchema(fields, d, h.Metadata())
 	out := array.NewRecord(schema, rec.Columns(), rec.NumRows())
 	defer out.Release()
 	if err := pw.WriteRecord(h, out); err != nil {
