@@ -38,7 +38,16 @@ func (s *Store) LockSource(source string) (*Lock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock source %s: %w", source, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	// A reader checking LockHeld holds a shared lock for an instant: retry
+	// briefly before concluding another writer has it.
+	var err2 error
+	for i := 0; i < 20; i++ {
+		if err2 = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); !errors.Is(err2, syscall.EWOULDBLOCK) {
+			break
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	if err := err2; err != nil {
 		holder, _ := os.ReadFile(path)
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
@@ -111,11 +120,21 @@ func (s *Store) ReadSourceInfo(source string) (SourceInfo, error) {
 // LockHeld reports whether some process holds the writer lock of source
 // (an ingest is running), without taking it for long.
 func (s *Store) LockHeld(source string) bool {
-	l, err := s.LockSource(source)
+	name, err := escapeName(source)
 	if err != nil {
-		return errors.Is(err, ErrLocked)
+		return false
 	}
-	l.Unlock()
+	f, err := os.Open(filepath.Join(s.dir, "locks", name+".lock"))
+	if err != nil {
+		return false // never locked
+	}
+	defer f.Close()
+	// A shared lock conflicts only with a writer's exclusive one, and is
+	// dropped at once; it never rewrites the holder's pid line.
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		return errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 	return false
 }
 

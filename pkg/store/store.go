@@ -26,6 +26,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -121,7 +122,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		if opts.MustExist {
 			return nil, fmt.Errorf("open store %s: %w (create one with 'rtrctl store append' or 'rtrctl ingest')", dir, ErrNoStore)
 		}
-		if names, err := s.fs.ReadDir(dir); err == nil && len(names) > 0 {
+		if names, err := s.fs.ReadDir(dir); err == nil && !onlyStoreEntries(names) {
 			return nil, fmt.Errorf("open store %s: the directory is not empty and holds no %s; point the store at an empty or new directory: %w", dir, storeFile, ErrNoStore)
 		}
 	}
@@ -158,6 +159,21 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: format version %d, this rtrctl reads version %d; use a matching rtrctl", dir, meta.Format, FormatVersion)
 	}
 	return s, nil
+}
+
+// onlyStoreEntries reports whether a directory holds nothing but what a
+// store being created holds before its rtrstore.json (another process may
+// be creating it right now, or crashed while it did).
+func onlyStoreEntries(entries []fs.DirEntry) bool {
+	for _, e := range entries {
+		switch n := e.Name(); {
+		case n == dataDir || n == remapDir || n == "locks" || n == "sources":
+		case strings.HasPrefix(n, storeFile) || strings.HasPrefix(n, "tmp-") || strings.HasPrefix(n, "."):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // Dir returns the store's directory.
