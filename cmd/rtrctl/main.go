@@ -180,6 +180,7 @@ Exit statuses:
 			devCommand(),
 			snapshotCommand(),
 			replicateCommand(),
+			waitRecentCommand(),
 		},
 	}
 	for _, cmd := range app.Commands {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
@@ -17,6 +18,7 @@ import (
 	"github.com/rtrctl/rtrctl/internal/render"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
+	"github.com/rtrctl/rtrctl/pkg/recency"
 	"github.com/rtrctl/rtrctl/pkg/store"
 )
 
@@ -26,6 +28,8 @@ type readOptions struct {
 	changes         bool
 	from, to        *uint64
 	format          string
+	recent          bool
+	timeout         time.Duration
 }
 
 func readCommand() *cli.Command {
@@ -60,13 +64,16 @@ Examples:
   rtrctl replicate --source pg --publication rtr --slot s --stop-at 0/1A2B3C8 | rtrctl read - public.orders --changes
   rtrctl read ./data public.orders --as-of 1732900000000 --format csv
   rtrctl read ./data public.orders --changes --from 1732900000000 --to 1732900600000
-  rtrctl read ./data public.orders --format arrow | rtrctl store append ./copy`,
+  rtrctl read ./data public.orders --format arrow | rtrctl store append ./copy
+  rtrctl read ./data public.orders --recent   # everything committed upstream before this call`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "as-of", Usage: "system time to read at (default: the latest complete time)"},
 			&cli.BoolFlag{Name: "changes", Usage: "print changes in (--from, --to] instead of contents"},
 			&cli.StringFlag{Name: "from", Usage: "with --changes: exclusive lower time (default: since)"},
 			&cli.StringFlag{Name: "to", Usage: "with --changes: inclusive upper time (default: the latest complete time)"},
 			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: "table", Usage: "table, csv, json or arrow"},
+			&cli.BoolFlag{Name: "recent", Usage: "wait for real-time recency first (as wait-recent does), then read as of the time it returns"},
+			&cli.DurationFlag{Name: "timeout", Value: recency.DefaultTimeout, Usage: "with --recent: give up (exit 3) after this long"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 2 {
@@ -94,6 +101,10 @@ Examples:
 			}
 			if !opts.changes && (opts.from != nil || opts.to != nil) {
 				return usagef("add --changes to read changes between --from and --to", "--from/--to need --changes")
+			}
+			opts.recent, opts.timeout = c.Bool("recent"), c.Duration("timeout")
+			if opts.recent && (opts.asOf != nil || opts.changes || pipeIn) {
+				return usagef("--recent picks the time itself: drop --as-of/--changes, and read a store, not '-'", "--recent excludes --as-of, --changes and reading a pipe")
 			}
 			if pipeIn {
 				return runReadPipe(c.Context, c.App.Reader, c.App.Writer, c.App.ErrWriter, opts)
@@ -134,6 +145,13 @@ func runRead(ctx context.Context, w io.Writer, opts readOptions) error {
 	sh, err := openCollection(ctx, st, opts.collection)
 	if err != nil {
 		return err
+	}
+	if opts.recent {
+		res, err := recency.Wait(ctx, st, recency.Options{Collection: opts.collection, Timeout: opts.timeout})
+		if err != nil {
+			return err // a *recency.NotRecentError exits 3
+		}
+		opts.asOf = &res.Time
 	}
 	if err := sh.Refresh(ctx); err != nil {
 		return err

@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 )
 
 // Metrics are an ingest's Prometheus metrics.
@@ -27,6 +29,7 @@ type Metrics struct {
 	lagSeconds   prometheus.Gauge
 	lastError    *prometheus.GaugeVec
 	lastProgress time.Time
+	progress     atomic.Uint64 // last source progress (LSN)
 }
 
 // NewMetrics registers the metrics of one source.
@@ -55,6 +58,31 @@ func (m *Metrics) committed(collection string, rows int64, upper uint64) {
 
 func (m *Metrics) sourceProgress(lsn frontier.LSN) {
 	m.sourceLSN.Set(float64(lsn))
+	m.progress.Store(uint64(lsn))
+}
+
+// probeLag probes the upstream every interval until ctx ends and updates
+// the lag metrics.
+func (m *Metrics) probeLag(ctx context.Context, p interface {
+	Probe(context.Context) (probe.Result, error)
+}, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			res, err := p.Probe(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					m.Error("probe")
+				}
+				continue
+			}
+			m.Upstream(frontier.LSN(res.Frontier.Pos()), frontier.LSN(m.progress.Load()))
+		}
+	}
 }
 
 // Upstream records a probe of the upstream frontier and updates the lag.

@@ -31,6 +31,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
+	"github.com/rtrctl/rtrctl/pkg/recency"
 	"github.com/rtrctl/rtrctl/pkg/reclock"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
 	"github.com/rtrctl/rtrctl/pkg/snapshot"
@@ -120,6 +121,7 @@ func RunPG(ctx context.Context, cfg PGConfig) error {
 	info := store.SourceInfo{
 		Source: cfg.Source, Kind: "pg", DSN: probe.MaskedPostgres(pgcfg), Publication: cfg.Publication,
 		Slot: cfg.Slot, Collections: tables, PID: os.Getpid(), Started: time.Now().UTC().Format(time.RFC3339),
+		Socket: recency.SocketPath(st.Dir(), cfg.Source),
 	}
 	if err := st.WriteSourceInfo(info); err != nil {
 		return err
@@ -136,6 +138,38 @@ func RunPG(ctx context.Context, cfg PGConfig) error {
 	}
 	defer rc.Close()
 	var mu sync.Mutex // guards rc
+
+	// Real-time recency: serve wait-recent on info.Socket (pkg/recency,
+	// docs/real-time-recency.md); nudge asks the stream for progress.
+	nudge := make(chan struct{}, 1)
+	if p, err := probe.New(probe.Config{Source: "pg", DSN: cfg.DSN}); err == nil {
+		rsrv, err := recency.StartServer(ctx, recency.ServerConfig{Store: st, Source: cfg.Source, Socket: info.Socket, Prober: p, Logger: log,
+			State: func(ctx context.Context, mint bool) (recency.State, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if mint {
+					if err := rc.Tick(ctx, true); err != nil {
+						return recency.State{}, err
+					}
+				}
+				return recency.State{Bindings: rc.Bindings(), Progress: rc.Progress(), Durable: w.durable}, nil
+			},
+			Nudge: func() {
+				select {
+				case nudge <- struct{}{}:
+				default:
+				}
+			},
+		})
+		if err != nil {
+			log.Warn("recency server not started; wait-recent works without it", "error", err)
+		} else {
+			defer rsrv.Close()
+		}
+		if cfg.Metrics != nil {
+			go cfg.Metrics.probeLag(ctx, p, 2*time.Second)
+		}
+	}
 
 	// 1. Snapshots of the collections whose time-0 contents are not durable.
 	need, err := needSnapshot(ctx, st, rc.Bindings(), tables)
@@ -226,7 +260,7 @@ func RunPG(ctx context.Context, cfg PGConfig) error {
 	sink := replSink{&reclockSink{ctx: streamCtx, rc: rc, mu: &mu, metrics: cfg.Metrics}}
 	err = replicate.StreamPG(streamCtx, replicate.PGConfig{
 		DSN: cfg.DSN, Publication: cfg.Publication, Slot: cfg.Slot,
-		StartLSN: startLSN,
+		StartLSN: startLSN, Nudge: nudge,
 		Ack: func(ctx context.Context) (frontier.LSN, error) {
 			u, err := w.Durable(ctx)
 			if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
+	"github.com/rtrctl/rtrctl/internal/arrowutil"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/store"
 )
@@ -129,7 +130,7 @@ func (w *storeWriter) commit(ctx context.Context, c string, upper uint64) error 
 		if b.minTime < cur {
 			expected = b.minTime // a replay: verified against the store and skipped
 		}
-		rec, err = concat(b.schema, b.recs, w.mem)
+		rec, err = arrowutil.Concat(b.schema, b.recs, w.mem)
 		if err != nil {
 			return fmt.Errorf("commit %s: %w", c, err)
 		}
@@ -198,35 +199,4 @@ func durableFrontier(bs []frontier.Binding, upper uint64, d frontier.Domain) fro
 		return frontier.Empty(d)
 	}
 	return bs[k-1].Frontier
-}
-
-func concat(schema *arrow.Schema, recs []arrow.Record, mem memory.Allocator) (arrow.Record, error) {
-	if len(recs) == 1 {
-		recs[0].Retain()
-		return recs[0], nil
-	}
-	cols := make([]arrow.Array, schema.NumFields())
-	var n int64
-	for _, r := range recs {
-		n += r.NumRows()
-	}
-	for i := range cols {
-		parts := make([]arrow.Array, len(recs))
-		for j, r := range recs {
-			parts[j] = r.Column(i)
-		}
-		c, err := array.Concatenate(parts, mem)
-		if err != nil {
-			for _, done := range cols[:i] {
-				done.Release()
-			}
-			return nil, fmt.Errorf("concatenate %s: %w", schema.Field(i).Name, err)
-		}
-		cols[i] = c
-	}
-	rec := array.NewRecord(schema, cols, n)
-	for _, c := range cols {
-		c.Release()
-	}
-	return rec, nil
 }

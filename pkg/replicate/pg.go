@@ -9,6 +9,7 @@ import (
 	"net"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/apache/arrow/go/v17/arrow/memory"
@@ -57,6 +58,10 @@ type PGConfig struct {
 	FlushRows, FlushBytes int
 	// MaxBackoff caps the wait between reconnects; 0 means 10s.
 	MaxBackoff time.Duration
+	// Nudge, when set, makes the stream send a standby status update with
+	// reply requested as soon as a value arrives, so the server reports
+	// its progress at once (real-time recency waiters use it).
+	Nudge <-chan struct{}
 	// Mem allocates Arrow buffers; nil means memory.DefaultAllocator.
 	Mem memory.Allocator
 	// Logger logs reconnects; nil means slog.Default().
@@ -129,12 +134,22 @@ type transientError struct{ err error }
 func (e *transientError) Error() string { return e.err.Error() }
 func (e *transientError) Unwrap() error { return e.err }
 
+// healthySession is how long a replication session must have lasted for
+// its loss to start the reconnect backoff afresh.
+const healthySession = 30 * time.Second
+
 func (s *pgStreamer) run(ctx context.Context) error {
 	started := false
 	backoff := 100 * time.Millisecond
 	var inUseSince time.Time
 	for {
+		began := time.Now()
 		err := s.session(ctx, !started, &started)
+		if time.Since(began) > healthySession {
+			// The session ran well before it broke: this is a new outage,
+			// not the next failure of the last one.
+			backoff = 100 * time.Millisecond
+		}
 		if err == nil || s.dec.done {
 			return nil
 		}
@@ -424,7 +439,35 @@ func (s *pgStreamer) stream(ctx context.Context, conn *pgconn.PgConn) error {
 		return transient(err)
 	}
 	next := time.Now().Add(s.cfg.StatusInterval)
+	// A nudge wakes the receive below (a read deadline in the past) and
+	// moves the next status update to now; nudged and that deadline change
+	// together under nudgeMu.
+	var nudgeMu sync.Mutex
+	nudged := false
+	if s.cfg.Nudge != nil {
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-s.cfg.Nudge:
+					nudgeMu.Lock()
+					nudged = true
+					conn.Conn().SetReadDeadline(time.Now())
+					nudgeMu.Unlock()
+				}
+			}
+		}()
+	}
 	for !s.dec.done {
+		nudgeMu.Lock()
+		if nudged {
+			nudged, next = false, time.Now()
+			conn.Conn().SetReadDeadline(time.Time{})
+		}
+		nudgeMu.Unlock()
 		if !time.Now().Before(next) {
 			if err := s.status(ctx, conn, true); err != nil {
 				return transient(err)

@@ -24,6 +24,32 @@ type Postgres struct {
 
 	mu   sync.Mutex
 	conn *pgx.Conn
+	// block and seg are the server's wal_block_size and wal_segment_size.
+	block, seg uint64
+}
+
+// WAL page header sizes (PostgreSQL's SizeOfXLogShortPHD and
+// SizeOfXLogLongPHD on 64-bit builds).
+const (
+	shortPageHeader = 24
+	longPageHeader  = 40
+)
+
+// VisibleInsertLSN maps pg_current_wal_insert_lsn() to the end of the last
+// record inserted. When the insert position sits at the start of a page,
+// the server reports it past the page header that the next record will
+// follow; no record ends inside a header, and replication progress stops
+// at the page boundary, so an upper there would wait for WAL that may never
+// come on an idle server.
+func VisibleInsertLSN(l frontier.LSN, block, seg uint64) frontier.LSN {
+	v := uint64(l)
+	switch {
+	case seg > 0 && v%seg == longPageHeader:
+		return frontier.LSN(v - longPageHeader)
+	case block > 0 && v%block == shortPageHeader && (seg == 0 || v%seg != shortPageHeader):
+		return frontier.LSN(v - shortPageHeader)
+	}
+	return l
 }
 
 // NewPostgres parses dsn (URL or key=value; empty means the PG* environment
@@ -135,6 +161,10 @@ func (p *Postgres) Probe(ctx context.Context) (Result, error) {
 			conn.Close(context.Background())
 			return Result{}, fmt.Errorf("probe postgres: %w", err)
 		}
+		if err := conn.QueryRow(ctx, "SELECT current_setting('wal_block_size')::bigint, pg_size_bytes(current_setting('wal_segment_size'))").Scan(&p.block, &p.seg); err != nil {
+			conn.Close(context.Background())
+			return Result{}, fmt.Errorf("probe postgres: read wal_block_size: %w", err)
+		}
 		p.conn = conn
 	}
 	var text string
@@ -147,6 +177,7 @@ func (p *Postgres) Probe(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("probe postgres: %w", err)
 	}
+	lsn = VisibleInsertLSN(lsn, p.block, p.seg)
 	return Result{Frontier: frontier.Single(frontier.DomainLSN, uint64(lsn)), Native: lsn.String(), Flavor: "postgres"}, nil
 }
 

@@ -1,0 +1,348 @@
+// Package recency answers the question real-time recency asks: everything
+// that was visible upstream when I asked, is it in the store yet, and at
+// which system time can I read it?
+//
+// Wait does three things:
+//
+//  1. it fetches the upstream frontier U with the source's probe
+//     (pkg/frontier/probe: for PostgreSQL pg_current_wal_insert_lsn());
+//  2. it waits for the first binding (t, F) of the source's remap shard
+//     whose frontier covers U (frontier.Covers(F, U)), and for every
+//     collection of the source to be durable past t (upper > t);
+//  3. it returns t: a read of any of those collections as of t sees every
+//     change that was visible upstream when Wait was called.
+//
+// Nothing here knows what kind of source it waits for: a source plugs in
+// with its frontier probe alone (and, for the daemon path, an ingest that
+// lends its bindings, see Server).
+//
+// When an ingest runs with a recency Server (rtrctl ingest starts one on a
+// unix socket in the store), Wait asks it instead: the server batches
+// waiters into probe rounds over one upstream connection, nudges the
+// change stream and mints a binding as soon as a waiter's frontier is
+// covered. Without a server (or when it does not answer), Wait works
+// directly against the upstream and the store. docs/real-time-recency.md
+// describes both and the line protocol.
+package recency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/rtrctl/rtrctl/internal/hint"
+	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
+	"github.com/rtrctl/rtrctl/pkg/pipe"
+	"github.com/rtrctl/rtrctl/pkg/store"
+)
+
+// DefaultTimeout bounds a wait when Options.Timeout is zero.
+const DefaultTimeout = 10 * time.Second
+
+// ExitNotRecent is the exit status of a wait that did not reach recency
+// (rtrctl's exitRecencyWait). NotRecentError.ExitCode returns it.
+const ExitNotRecent = 3
+
+// Result is a successful wait.
+type Result struct {
+	// Time is t, milliseconds since the Unix epoch: every collection of the
+	// source is durable past t, and its contents as of t hold everything
+	// that was visible upstream when the wait began.
+	Time uint64 `json:"time"`
+	// Upstream is the upstream frontier U the wait started from.
+	Upstream frontier.Frontier `json:"upstream"`
+	// Binding is the frontier F of the binding at t; it covers Upstream.
+	Binding frontier.Frontier `json:"binding"`
+	// Source is the source id in the store.
+	Source string `json:"source"`
+	// Via says who answered: "daemon" (the ingest's recency server) or
+	// "direct".
+	Via string `json:"via"`
+}
+
+// Options configure Wait. The zero value waits for the store's only
+// source, through its ingest's socket if one answers, for DefaultTimeout.
+type Options struct {
+	// Source is the source id in the store. Empty: the source of
+	// Collection when that is set, else the store's only source.
+	Source string
+	// Collection names a collection whose source to wait for (when Source
+	// is empty); `read --recent` passes the collection it reads.
+	Collection string
+	// Timeout bounds the wait; zero means DefaultTimeout.
+	Timeout time.Duration
+	// Probe names the upstream for the direct path. Nil: the upstream the
+	// ingest recorded in the store (store.SourceInfo), with Password in
+	// place of its masked password (empty Password: none, so the driver's
+	// environment applies, e.g. PGPASSWORD).
+	Probe    *probe.Config
+	Password string
+	// Prober, when set, is used for the direct path instead of Probe (the
+	// caller keeps it open between waits and closes it).
+	Prober probe.Prober
+	// NoDaemon skips the ingest's socket and always waits directly.
+	NoDaemon bool
+	// WaitForIngest keeps waiting when no ingest is running and the store
+	// is behind the upstream. Without it Wait fails at once with a
+	// *NotRecentError saying so: nothing would ever catch up.
+	WaitForIngest bool
+	// Poll is how often the direct path re-reads the store; zero means
+	// 10ms.
+	Poll time.Duration
+	// Logger gets warnings about retried probes; nil means slog.Default().
+	Logger *slog.Logger
+	// Now is the wall clock (for ages in messages); nil means time.Now.
+	Now func() time.Time
+}
+
+func (o Options) withDefaults() Options {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Poll <= 0 {
+		o.Poll = 10 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// ErrNotRecent is wrapped by every *NotRecentError.
+var ErrNotRecent = errors.New("recency not reached")
+
+// NotRecentError says a wait did not reach recency, and how far it got.
+// Its exit code is ExitNotRecent (3).
+type NotRecentError struct {
+	Source string `json:"source"`
+	// Reason is "timed out after 2s", "no ingest is running", ...
+	Reason string `json:"reason"`
+	// Upstream is the upstream frontier the wait was for (nil: no probe
+	// succeeded; ProbeError says why).
+	Upstream   *frontier.Frontier `json:"upstream,omitempty"`
+	ProbeError string             `json:"probe_error,omitempty"`
+	// Ingested is the frontier of the source's last binding, bound at
+	// LastBinding (ms); nil when the source has no binding yet.
+	Ingested    *frontier.Frontier `json:"ingested,omitempty"`
+	LastBinding uint64             `json:"last_binding_time,omitempty"`
+	// Age is the time from the last binding to the error (system clock).
+	Age time.Duration `json:"age_ns,omitempty"`
+	// Bound is the time of the covering binding when one was found but
+	// the collections were not yet durable past it (Durable is their
+	// least upper).
+	Bound   uint64 `json:"bound,omitempty"`
+	Durable uint64 `json:"durable,omitempty"`
+	// Running says whether an ingest held the source's lock.
+	Running bool `json:"ingest_running"`
+}
+
+func (e *NotRecentError) Error() string {
+	var parts []string
+	if e.Upstream != nil {
+		parts = append(parts, "upstream at "+e.Upstream.String())
+	} else if e.ProbeError != "" {
+		parts = append(parts, "upstream frontier unknown (probe failed: "+e.ProbeError+")")
+	} else {
+		parts = append(parts, "upstream frontier unknown")
+	}
+	if e.Ingested != nil {
+		s := fmt.Sprintf("ingested up to %s (last binding at %d", e.Ingested.String(), e.LastBinding)
+		if e.Age > 0 {
+			s += fmt.Sprintf(", %s ago", e.Age.Round(time.Millisecond))
+		}
+		parts = append(parts, s+")")
+	} else {
+		parts = append(parts, "nothing ingested yet (no binding)")
+	}
+	if e.Bound != 0 {
+		parts = append(parts, fmt.Sprintf("bound at %d but collections durable only below %d", e.Bound, e.Durable))
+	}
+	if e.Running {
+		parts = append(parts, "an ingest is running")
+	} else if !strings.Contains(e.Reason, "no ingest") {
+		parts = append(parts, "no ingest is running")
+	}
+	return fmt.Sprintf("wait-recent %s: %s: %s", e.Source, e.Reason, strings.Join(parts, ", "))
+}
+
+// Unwrap makes errors.Is(err, ErrNotRecent) hold.
+func (e *NotRecentError) Unwrap() error { return ErrNotRecent }
+
+// ExitCode is ExitNotRecent.
+func (e *NotRecentError) ExitCode() int { return ExitNotRecent }
+
+// Hint says what to do.
+func (e *NotRecentError) Hint() string {
+	if !e.Running {
+		return fmt.Sprintf("start the ingest of source %s (rtrctl ingest --store DIR --source-id %s ...), or pass --wait-for-ingest to wait for one", e.Source, e.Source)
+	}
+	if e.Upstream == nil {
+		return "the upstream could not be probed: check that it is reachable (rtrctl frontier), or pass a longer --timeout"
+	}
+	return "ingestion is behind the upstream: pass a longer --timeout, or see 'rtrctl status' for the lag"
+}
+
+// Wait waits until every change visible upstream at the call is durable in
+// the store for the source, and returns the system time t to read at. On
+// a timeout, or when no ingest runs to catch up (see
+// Options.WaitForIngest), it returns a *NotRecentError.
+func Wait(ctx context.Context, st *store.Store, opts Options) (Result, error) {
+	opts = opts.withDefaults()
+	start := time.Now()
+	deadline := start.Add(opts.Timeout)
+	src, err := ResolveSource(ctx, st, opts.Source, opts.Collection)
+	if err != nil {
+		return Result{}, err
+	}
+	info, infoErr := st.ReadSourceInfo(src)
+	if !opts.NoDaemon && infoErr == nil && info.Socket != "" {
+		res, answered, err := askDaemon(ctx, info.Socket, time.Until(deadline))
+		if answered {
+			if err == nil {
+				res.Source, res.Via = src, "daemon"
+			}
+			return res, err
+		}
+		opts.Logger.Debug("wait-recent: no answer from the ingest's socket; waiting directly", "socket", info.Socket, "error", err)
+	}
+	prober := opts.Prober
+	if prober == nil {
+		cfg, err := upstreamConfig(src, opts, info, infoErr)
+		if err != nil {
+			return Result{}, err
+		}
+		p, err := probe.New(cfg)
+		if err != nil {
+			return Result{}, fmt.Errorf("wait-recent %s: %w", src, err)
+		}
+		defer p.Close()
+		prober = p
+	}
+	d := &direct{st: st, src: src, opts: opts, prober: prober, deadline: deadline}
+	res, err := d.wait(ctx)
+	if err == nil {
+		res.Source, res.Via = src, "direct"
+	}
+	return res, err
+}
+
+// upstreamConfig is the probe configuration of the direct path.
+func upstreamConfig(src string, opts Options, info store.SourceInfo, infoErr error) (probe.Config, error) {
+	if opts.Probe != nil {
+		return *opts.Probe, nil
+	}
+	if infoErr != nil {
+		if errors.Is(infoErr, store.ErrNotFound) {
+			return probe.Config{}, hint.Wrap(fmt.Errorf("wait-recent %s: the store does not say which upstream source %s reads (no ingest has recorded it): %w", src, src, infoErr),
+				"name the upstream: --source pg --dsn ..., or run 'rtrctl ingest' into this store first")
+		}
+		return probe.Config{}, fmt.Errorf("wait-recent %s: %w", src, infoErr)
+	}
+	return UpstreamConfig(info, opts.Password)
+}
+
+// UpstreamConfig turns what an ingest recorded about its upstream into a
+// probe configuration. The recorded DSN has its password masked; password
+// replaces it (empty: the DSN goes without one, and the driver's defaults
+// apply, e.g. PGPASSWORD or ~/.pgpass for PostgreSQL).
+func UpstreamConfig(info store.SourceInfo, password string) (probe.Config, error) {
+	cfg := probe.Config{Source: info.Kind, Brokers: info.Brokers, Topics: info.Topics}
+	if info.DSN != "" {
+		u, err := url.Parse(info.DSN)
+		if err != nil || u.Scheme == "" {
+			return cfg, fmt.Errorf("wait-recent %s: the recorded upstream DSN is not a URL: %w", info.Source, store.ErrInvalid)
+		}
+		if u.User != nil {
+			if password != "" {
+				u.User = url.UserPassword(u.User.Username(), password)
+			} else {
+				u.User = url.User(u.User.Username())
+			}
+		}
+		cfg.DSN = u.String()
+	}
+	return cfg, nil
+}
+
+// ResolveSource picks the source to wait for: source if set, else the
+// source of collection (its schema's rtr.source), else the store's only
+// source.
+func ResolveSource(ctx context.Context, st *store.Store, source, collection string) (string, error) {
+	if source != "" {
+		return source, nil
+	}
+	if collection != "" {
+		sh, err := st.Shard(ctx, collection)
+		if err != nil {
+			return "", fmt.Errorf("wait-recent: %w", err)
+		}
+		if src, ok := sh.Schema().Metadata().GetValue(pipe.KeySource); ok && src != "" {
+			return src, nil
+		}
+		return "", hint.Wrap(fmt.Errorf("wait-recent: collection %s does not say which source it came from", collection),
+			"name the source id with --source-id")
+	}
+	srcs, err := st.Sources(ctx)
+	if err != nil {
+		return "", fmt.Errorf("wait-recent: %w", err)
+	}
+	switch len(srcs) {
+	case 1:
+		return srcs[0], nil
+	case 0:
+		return "", hint.Wrap(fmt.Errorf("wait-recent: the store %s has no source yet", st.Dir()),
+			"start 'rtrctl ingest --store DIR ...' first")
+	}
+	return "", hint.Wrap(fmt.Errorf("wait-recent: the store %s has %d sources (%s); which one?", st.Dir(), len(srcs), strings.Join(srcs, ", ")),
+		"name it with --source-id")
+}
+
+// firstCovering returns the index of the first binding whose frontier
+// covers u, or -1. Frontiers only grow along the bindings, so covering is
+// monotone: binary search.
+func firstCovering(bs []frontier.Binding, u frontier.Frontier) int {
+	k := sort.Search(len(bs), func(i int) bool { return bs[i].Frontier.Covers(u) })
+	if k == len(bs) {
+		return -1
+	}
+	return k
+}
+
+// durableUpper is the least upper of the source's collections, refreshed
+// from the store (with no collection, nothing is missing: the maximum).
+func durableUpper(ctx context.Context, st *store.Store, collections []string) (uint64, error) {
+	if len(collections) == 0 {
+		return math.MaxUint64, nil
+	}
+	var least uint64
+	for i, c := range collections {
+		sh, err := st.Shard(ctx, c)
+		if err != nil {
+			return 0, err
+		}
+		if err := sh.Refresh(ctx); err != nil {
+			return 0, err
+		}
+		if u := sh.Upper(); i == 0 || u < least {
+			least = u
+		}
+	}
+	return least, nil
+}
+
+func ageOf(now time.Time, ms uint64) time.Duration {
+	if ms == 0 {
+		return 0
+	}
+	return now.Sub(time.UnixMilli(int64(ms)))
+}
