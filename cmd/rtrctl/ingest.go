@@ -9,7 +9,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/rtrctl/rtrctl/pkg/ingest"
+	"github.com/rtrctl/rtrctl/pkg/kafkafmt"
 	"github.com/rtrctl/rtrctl/pkg/reclock"
+	"github.com/rtrctl/rtrctl/pkg/replicate"
 	"github.com/rtrctl/rtrctl/pkg/store"
 )
 
@@ -31,17 +33,34 @@ fails at once.
 The replication slot (--slot, default rtr_<source-id>) is acknowledged only
 up to what every collection has durably committed.
 
+Kafka (--source kafka): every topic of --topics becomes the collection of the
+same name and its own source, <source-id>.<topic> (source-id default kafka),
+read with isolation level read_committed from where the store ends.
+--envelope none appends every record (key, value, partition, offset,
+timestamp, header_keys, header_values); --envelope upsert keeps one row per
+key (a null value deletes it). --key-format/--value-format: bytes, text or
+json. A record that does not decode is a definite error of its collection
+(docs/kafka.md).
+
 Examples:
   rtrctl ingest --source pg --dsn postgres://app@127.0.0.1/app --publication rtr --store ./data
   rtrctl ingest --source pg --publication rtr --tables public.orders,public.lines \
-      --store ./data --metrics-addr 127.0.0.1:9464`,
+      --store ./data --metrics-addr 127.0.0.1:9464
+  rtrctl ingest --source kafka --brokers 127.0.0.1:9092 --topics orders,users \
+      --envelope upsert --key-format text --value-format json --store ./data`,
 		Flags: append(sourceFlags(),
 			&cli.StringFlag{Name: "store", Usage: "the store directory (required)"},
-			&cli.StringFlag{Name: "source-id", Usage: "the source's id in the store (default: the --source kind, e.g. pg)"},
+			&cli.StringFlag{Name: "source-id", Usage: "the source's id in the store (default: the --source kind, e.g. pg); kafka: the prefix of the ids <prefix>.<topic>"},
 			&cli.StringFlag{Name: "publication", Usage: "pg: the publication (required for pg)"},
 			&cli.StringFlag{Name: "slot", Usage: "pg: the permanent logical replication slot (default rtr_<source-id>)"},
 			&cli.StringFlag{Name: "tables", Usage: "pg: comma-separated tables (default: every table of the publication)"},
 			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "pg: snapshot connections"},
+			&cli.StringFlag{Name: "topics", Usage: "kafka: comma-separated topics (required for kafka)"},
+			&cli.StringFlag{Name: "envelope", Value: "none", Usage: "kafka: none (append-only) or upsert (one row per key)"},
+			&cli.StringFlag{Name: "key-format", Value: "bytes", Usage: "kafka: bytes, text or json"},
+			&cli.StringFlag{Name: "value-format", Value: "bytes", Usage: "kafka: bytes, text or json"},
+			&cli.StringFlag{Name: "group", Usage: "kafka: consumer group to commit durable offsets to (monitoring only)"},
+			&cli.IntFlag{Name: "max-record-bytes", Value: replicate.DefaultMaxRecordBytes, Usage: "kafka: largest record (key+value+headers) accepted"},
 			&cli.DurationFlag{Name: "interval", Value: reclock.DefaultInterval, Usage: "least time between two bindings (commits)"},
 			&cli.DurationFlag{Name: "retain", Value: store.DefaultRetain, Usage: "history kept readable by background compaction"},
 			&cli.DurationFlag{Name: "compact-every", Value: time.Minute, Usage: "how often to compact (0 disables)"},
@@ -52,15 +71,37 @@ Examples:
 			if c.Args().Present() {
 				return usagef("run 'rtrctl ingest --help'", "unexpected argument %q", c.Args().First())
 			}
-			cfg, err := sourceConfig(c, nil)
+			var topics []string
+			for _, t := range strings.Split(c.String("topics"), ",") {
+				if t = strings.TrimSpace(t); t != "" {
+					topics = append(topics, t)
+				}
+			}
+			if c.String("source") == "kafka" && len(topics) == 0 {
+				return usagef("pass --topics NAME[,NAME...]", "no --topics given")
+			}
+			cfg, err := sourceConfig(c, topics)
 			if err != nil {
 				return err
 			}
-			if cfg.Source != "pg" {
-				return usagef("use --source pg (Kafka and MySQL ingest are not built yet)", "ingest --source %s is not supported yet", cfg.Source)
+			if cfg.Source != "pg" && cfg.Source != "kafka" {
+				return usagef("use --source pg or --source kafka (MySQL ingest is not built yet)", "ingest --source %s is not supported yet", cfg.Source)
 			}
 			if c.String("store") == "" {
 				return usagef("pass --store DIR", "no --store given")
+			}
+			if cfg.Source == "kafka" {
+				compactEvery := c.Duration("compact-every")
+				if compactEvery == 0 {
+					compactEvery = -1
+				}
+				return runIngestKafka(c.Context, c.String("store"), c.Duration("retain"), ingest.KafkaConfig{
+					Brokers: cfg.Brokers, Topics: topics, Source: c.String("source-id"),
+					Envelope: c.String("envelope"), KeyFormat: c.String("key-format"), ValueFormat: c.String("value-format"),
+					Group: c.String("group"), MaxRecordBytes: c.Int("max-record-bytes"),
+					Interval: c.Duration("interval"), CompactEvery: compactEvery,
+					AfterCommit: faultAfterCommit(),
+				})
 			}
 			if c.String("publication") == "" {
 				return usagef("pass --publication NAME (CREATE PUBLICATION rtr FOR TABLE ...)", "no --publication given")
@@ -121,6 +162,26 @@ func runIngest(ctx context.Context, opts ingestOptions) error {
 		Store: st, Source: opts.sourceID, Interval: opts.interval, CompactEvery: opts.compactEvery, Metrics: metrics,
 		AfterCommit: faultAfterCommit(),
 	})
+}
+
+// runIngestKafka opens the store and runs a Kafka ingest.
+func runIngestKafka(ctx context.Context, dir string, retain time.Duration, cfg ingest.KafkaConfig) error {
+	switch cfg.Envelope {
+	case "none", "upsert":
+	default:
+		return usagef("use --envelope none or --envelope upsert", "bad --envelope %q", cfg.Envelope)
+	}
+	for _, f := range []struct{ flag, v string }{{"key-format", cfg.KeyFormat}, {"value-format", cfg.ValueFormat}} {
+		if _, err := kafkafmt.ParseFormat(f.v); err != nil {
+			return usagef("use --"+f.flag+" bytes, text or json", "bad --%s %q", f.flag, f.v)
+		}
+	}
+	st, err := store.Open(ctx, dir, store.Options{Retain: retain})
+	if err != nil {
+		return err
+	}
+	cfg.Store = st
+	return ingest.RunKafka(ctx, cfg)
 }
 
 // faultAfterCommit is fault injection for crash tests: with

@@ -11,8 +11,11 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/ingest"
+	"github.com/rtrctl/rtrctl/pkg/kafkafmt"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
+	"github.com/rtrctl/rtrctl/pkg/store"
 )
 
 type replicateOptions struct {
@@ -42,9 +45,18 @@ else at the slot's confirmed_flush_lsn, and runs until progress reaches
 'rtrctl frontier' printed to catch up with "now" and exit) or until interrupted (SIGINT/SIGTERM: the pipe is ended cleanly at a stream
 boundary, exit status 130). A lost connection is retried with backoff.
 
-It never advances the slot (the slot's confirmed_flush_lsn stays put), so
-the server keeps the WAL until a consumer that stores the changes durably
-confirms them. --ack-store is not available yet.
+The slot's confirmed_flush_lsn never moves past what is durable. Without
+--ack-store it is never advanced: the server keeps the WAL until a
+consumer that stores the changes confirms them. With --ack-store DIR it
+follows the store's durable frontier of the source (--source-id, default
+pg): the frontier of the last binding below the least upper of the
+source's collections, as 'rtrctl store append' commits them.
+
+Kafka (--source kafka --topic T): records of T (read_committed) at time
+(partition, offset) in the "kafka" domain, source id kafka.T, progress per
+partition after every fetch (it steps over transaction markers); --stop-at
+takes a kafka frontier (partition:next_offset,..., what 'rtrctl frontier
+--source kafka' prints) and exits 0 once progress covers it. docs/kafka.md.
 
 Tables need REPLICA IDENTITY FULL; docs/replicate.md lists every error and
 docs/types-postgres.md the column types.
@@ -52,6 +64,8 @@ docs/types-postgres.md the column types.
 Examples:
   rtrctl replicate --source pg --dsn postgres://app@127.0.0.1/app --publication rtr --slot rtr_app > changes.arrow
   rtrctl replicate --source pg --publication rtr --slot rtr_app --start-lsn 0/16B3748 --stop-at "$(rtrctl frontier --source pg)"
+  rtrctl replicate --source kafka --brokers 127.0.0.1:9092 --topic orders --value-format json \
+      --stop-at "$(rtrctl frontier --source kafka --brokers 127.0.0.1:9092 --topic orders)" > orders.arrow
   rtrctl snapshot --source pg --publication rtr --slot rtr_app > snap.arrow && \
     rtrctl replicate --source pg --publication rtr --slot rtr_app | rtrctl reclock ...`,
 		Flags: append(sourceFlags(),
@@ -60,6 +74,14 @@ Examples:
 			&cli.StringFlag{Name: "start-lsn", Usage: "start at this LSN, e.g. 0/16B3748 (default: the slot's confirmed_flush_lsn)"},
 			&cli.StringFlag{Name: "stop-at", Usage: "an upper, e.g. from 'rtrctl frontier': exit 0 once every transaction committed below this LSN has been written"},
 			&cli.DurationFlag{Name: "status-interval", Value: time.Second, Usage: "how often to ask the server for a keepalive (progress while idle)"},
+			&cli.StringFlag{Name: "ack-store", Usage: "pg: advance the slot only up to what this store holds durably for the source (default: never advance it)"},
+			&cli.StringFlag{Name: "topic", Usage: "kafka: the topic (one per pipe; it is the collection)"},
+			&cli.StringFlag{Name: "start", Usage: "kafka: start offsets partition:offset,... e.g. 0:15,1:7 (default: every partition's log start)"},
+			&cli.StringFlag{Name: "envelope", Value: "none", Usage: "kafka: none (append-only) or upsert (one row per key; state kept in memory from --start on)"},
+			&cli.StringFlag{Name: "key-format", Value: "bytes", Usage: "kafka: bytes, text or json"},
+			&cli.StringFlag{Name: "value-format", Value: "bytes", Usage: "kafka: bytes, text or json"},
+			&cli.StringFlag{Name: "source-id", Usage: "the source id: with --ack-store for pg (default pg); kafka: rtr.source of the pipe (default kafka.<topic>)"},
+			&cli.IntFlag{Name: "max-record-bytes", Value: replicate.DefaultMaxRecordBytes, Usage: "kafka: largest record (key+value+headers) accepted"},
 		),
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
@@ -69,10 +91,12 @@ Examples:
 			case "pg", "postgres", "postgresql":
 			case "":
 				return usagef("use --source pg", "no --source given")
-			case "mysql", "mariadb", "kafka":
-				return usagef("use --source pg", "replicate does not support --source %s yet", c.String("source"))
+			case "kafka":
+				return replicateKafkaAction(c)
+			case "mysql", "mariadb":
+				return usagef("use --source pg or --source kafka", "replicate does not support --source %s yet", c.String("source"))
 			default:
-				return usagef("use --source pg", "unknown source %q", c.String("source"))
+				return usagef("use --source pg or --source kafka", "unknown source %q", c.String("source"))
 			}
 			opts := replicateOptions{source: "pg", cfg: replicate.PGConfig{
 				DSN:            c.String("dsn"),
@@ -105,6 +129,23 @@ Examples:
 				// --stop-at is an upper (exclusive), PGConfig.StopAt inclusive.
 				opts.cfg.StopAt--
 			}
+			if dir := c.String("ack-store"); dir != "" {
+				st, err := store.Open(c.Context, dir, store.Options{MustExist: true})
+				if err != nil {
+					return err
+				}
+				source := c.String("source-id")
+				if source == "" {
+					source = "pg"
+				}
+				opts.cfg.Ack = func(ctx context.Context) (frontier.LSN, error) {
+					f, err := st.DurableFrontier(ctx, source)
+					if err != nil {
+						return 0, err
+					}
+					return frontier.LSN(f.Pos()), nil
+				}
+			}
 			return runReplicate(c.Context, c.App.Writer, opts)
 		},
 	}
@@ -122,4 +163,89 @@ func runReplicate(ctx context.Context, w io.Writer, opts replicateOptions) error
 		return fmt.Errorf("replicate: %w", err)
 	}
 	return err
+}
+
+// errStopReached ends a Kafka replicate at --stop-at.
+var errStopReached = errors.New("stop frontier reached")
+
+// replicateKafkaAction runs 'rtrctl replicate --source kafka'.
+func replicateKafkaAction(c *cli.Context) error {
+	topic := c.String("topic")
+	var topics []string
+	if topic != "" {
+		topics = []string{topic}
+	}
+	cfg, err := sourceConfig(c, topics)
+	if err != nil {
+		return err
+	}
+	var start, stop frontier.Frontier
+	for _, f := range []struct {
+		name string
+		dst  *frontier.Frontier
+	}{{"start", &start}, {"stop-at", &stop}} {
+		*f.dst = frontier.Empty(frontier.DomainKafka)
+		if s := c.String(f.name); s != "" {
+			v, err := frontier.Parse(frontier.DomainKafka, s)
+			if err != nil {
+				return usagef("write Kafka offsets as partition:offset,..., e.g. 0:15,1:7", "bad --%s %q: %v", f.name, s, err)
+			}
+			*f.dst = v
+		}
+	}
+	keyF, err := kafkafmt.ParseFormat(c.String("key-format"))
+	if err != nil {
+		return usagef("use --key-format bytes, text or json", "bad --key-format %q", c.String("key-format"))
+	}
+	valF, err := kafkafmt.ParseFormat(c.String("value-format"))
+	if err != nil {
+		return usagef("use --value-format bytes, text or json", "bad --value-format %q", c.String("value-format"))
+	}
+	source := c.String("source-id")
+	if source == "" {
+		source = ingest.KafkaSourceID("", topic)
+	}
+	dec, err := kafkafmt.NewDecoder(kafkafmt.Config{Envelope: c.String("envelope"), Key: keyF, Value: valF, Collection: topic, Source: source})
+	if err != nil {
+		return usagef("use --envelope none or --envelope upsert", "bad --envelope %q", c.String("envelope"))
+	}
+	defer dec.Release()
+	kcfg := replicate.KafkaConfig{
+		Brokers: cfg.Brokers, MaxRecordBytes: c.Int("max-record-bytes"),
+		Topics: []replicate.KafkaTopic{{Name: topic, Start: start, Decoder: dec}},
+	}
+	return runReplicateKafka(c.Context, c.App.Writer, kcfg, source, stop, c.IsSet("stop-at"))
+}
+
+// runReplicateKafka streams one topic to w until its progress covers stop
+// (when stopSet), an error or ctx ends. The pipe written so far
+// ends at a stream boundary.
+func runReplicateKafka(ctx context.Context, w io.Writer, cfg replicate.KafkaConfig, source string, stop frontier.Frontier, stopSet bool) error {
+	pw := pipe.NewWriter(w, nil)
+	sink := &stopSink{KafkaSink: replicate.KafkaPipeSink(pw, func(string) string { return source }), stop: stop, set: stopSet}
+	err := replicate.StreamKafka(ctx, cfg, sink)
+	if errors.Is(err, errStopReached) {
+		err = nil
+	}
+	if ferr := pw.Flush(); ferr != nil && err == nil {
+		err = fmt.Errorf("replicate: %w", ferr)
+	}
+	return err
+}
+
+// stopSink ends the stream once progress covers stop.
+type stopSink struct {
+	replicate.KafkaSink
+	stop frontier.Frontier
+	set  bool
+}
+
+func (s *stopSink) Progress(topic string, upper frontier.Frontier) error {
+	if err := s.KafkaSink.Progress(topic, upper); err != nil {
+		return err
+	}
+	if s.set && upper.Covers(s.stop) {
+		return errStopReached
+	}
+	return nil
 }

@@ -241,7 +241,7 @@ func TestReplicateCLIErrors(t *testing.T) {
 		{"help", []string{"replicate", "--help"}, exitOK, nil},
 		{"no publication", []string{"replicate", "--source", "pg", "--slot", "s"}, exitUsage, []string{"no --publication given", "hint: pass --publication"}},
 		{"no slot", []string{"replicate", "--source", "pg", "--publication", "p"}, exitUsage, []string{"no --slot given"}},
-		{"kafka", []string{"replicate", "--source", "kafka", "--publication", "p", "--slot", "s"}, exitUsage, []string{"does not support --source kafka"}},
+		{"kafka without brokers", []string{"replicate", "--source", "kafka", "--topic", "t"}, exitUsage, []string{"no Kafka brokers given"}},
 		{"bad lsn", []string{"replicate", "--source", "pg", "--publication", "p", "--slot", "s", "--stop-at", "16B3748"}, exitUsage, []string{`bad --stop-at "16B3748"`}},
 		{"slot missing", []string{"replicate", "--source", "pg", "--dsn", dsn, "--publication", "pub", "--slot", "rtr_missing"}, exitError,
 			[]string{`replication slot does not exist: "rtr_missing"`, "hint: run 'rtrctl snapshot' (it creates the slot)"}},

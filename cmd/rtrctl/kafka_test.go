@@ -1,0 +1,330 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math/rand"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/rtrctl/rtrctl/internal/testenv"
+	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/pipe"
+	"github.com/rtrctl/rtrctl/pkg/store"
+)
+
+func kafkaTestTopic(t *testing.T, brokers []string, topic string, partitions int32) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	resp, err := kadm.NewClient(cl).CreateTopic(context.Background(), partitions, 1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+var consumeLine = regexp.MustCompile(`kafka consume.* topic=(\S+) partition=(\d+) from=(\d+)`)
+var resumeLine = regexp.MustCompile(`msg=resume .*from=(\S*) durable_upper`)
+
+// TestKafkaUpsertSIGKILL: an upsert ingest (a separate rtrctl process) is
+// SIGKILLed at random moments while a producer writes random puts and
+// deletes over a small key space, and restarted. At every readable binding
+// time the store equals the model (the records below the binding's
+// frontier, applied in offset order); every restart resumes from the
+// store's durable frontier, not from the topic's beginning.
+func TestKafkaUpsertSIGKILL(t *testing.T) {
+	k := testenv.StartKafka(t)
+	brokers := strings.Join(k.Brokers, ",")
+	cl := kafkaTestTopic(t, k.Brokers, "ups", 3)
+	dir := t.TempDir()
+	rnd := rand.New(rand.NewSource(7))
+	var log []*kgo.Record
+	produceSome := func(n int) {
+		for i := 0; i < n; i++ {
+			key := fmt.Sprintf("key%02d", rnd.Intn(12))
+			h := fnv.New32a()
+			h.Write([]byte(key))
+			r := &kgo.Record{Topic: "ups", Partition: int32(h.Sum32() % 3), Key: []byte(key)}
+			if rnd.Intn(5) != 0 {
+				r.Value = []byte(fmt.Sprintf("v%d", len(log)))
+			}
+			if err := cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			log = append(log, r)
+		}
+	}
+	args := []string{"ingest", "--source", "kafka", "--brokers", brokers, "--topics", "ups", "--envelope", "upsert",
+		"--key-format", "text", "--value-format", "text", "--store", dir, "--interval", "20ms", "--compact-every", "0"}
+	resumedPast0 := 0
+	for round := 0; round < 5; round++ {
+		p := startProc(t, nil, args...)
+		// Produce while it runs, then kill it at a random moment.
+		deadline := time.Now().Add(time.Duration(150+rnd.Intn(300)) * time.Millisecond)
+		for time.Now().Before(deadline) {
+			produceSome(5)
+			time.Sleep(time.Duration(rnd.Intn(15)) * time.Millisecond)
+		}
+		waitFor(t, func() bool { return consumeLine.MatchString(string(p.stderr.bytes())) }, p)
+		p.kill(t)
+		// Where did it start? The resume frontier, partition by partition.
+		out := string(p.stderr.bytes())
+		m := resumeLine.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("round %d: no resume line in:\n%s", round, out)
+		}
+		resume, err := frontier.Parse(frontier.DomainKafka, strings.Trim(m[1], `"`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range consumeLine.FindAllStringSubmatch(out, -1) {
+			off, _ := strconv.ParseUint(c[3], 10, 64)
+			if off != resume.Get(c[2]) {
+				t.Errorf("round %d: partition %s consumed from %d, but the store's durable frontier is %s", round, c[2], off, resume)
+			}
+			if off > 0 {
+				resumedPast0++
+			}
+		}
+	}
+	if resumedPast0 == 0 {
+		t.Fatal("no restart resumed past offset 0")
+	}
+	// A last run catches up and stops cleanly.
+	produceSome(20)
+	p := startProc(t, nil, args...)
+	st, err := store.Open(context.Background(), dir, store.Options{MustExist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCLI(t, "", "frontier", "--source", "kafka", "--brokers", brokers, "--topic", "ups")
+	if code != 0 {
+		t.Fatalf("frontier: %d %s", code, errOut)
+	}
+	upstream, err := frontier.Parse(frontier.DomainKafka, strings.TrimSpace(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		bs, _, err := st.Bindings(context.Background(), "kafka.ups")
+		if err != nil || len(bs) == 0 || !bs[len(bs)-1].Frontier.Covers(upstream) {
+			return false
+		}
+		sh, err := st.Shard(context.Background(), "ups")
+		return err == nil && sh.Upper() > bs[len(bs)-1].Time
+	}, p)
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("ingest exited %d:\n%s", code, string(p.stderr.bytes()))
+	}
+	if !strings.Contains(string(p.stderr.bytes()), "upsert state rebuilt from the store") {
+		t.Errorf("the last run did not rebuild its state from the store:\n%s", string(p.stderr.bytes()))
+	}
+
+	// Every readable binding against the model.
+	ctx := context.Background()
+	bs, _, err := st.Bindings(ctx, "kafka.ups")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := st.Shard(ctx, "ups")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, b := range bs {
+		if b.Time >= sh.Upper() {
+			break
+		}
+		model := map[string]string{}
+		for _, r := range log {
+			if b.Frontier.Beyond(frontier.Time{Partition: strconv.Itoa(int(r.Partition)), Pos: uint64(r.Offset)}) {
+				if r.Value == nil {
+					delete(model, string(r.Key))
+				} else {
+					model[string(r.Key)] = string(r.Value)
+				}
+			}
+		}
+		rec, err := sh.ReadAsOf(ctx, b.Time)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		keys, vals, diffs := rec.Column(0).(*array.String), rec.Column(1).(*array.String), rec.Column(2).(*array.Int64)
+		for i := 0; i < int(rec.NumRows()); i++ {
+			if diffs.Value(i) != 1 {
+				t.Errorf("binding %d: key %s has multiplicity %d", b.Time, keys.Value(i), diffs.Value(i))
+			}
+			got[keys.Value(i)] = vals.Value(i)
+		}
+		rec.Release()
+		if fmt.Sprint(got) != fmt.Sprint(model) {
+			t.Fatalf("binding %d (%s): store %v, model %v", b.Time, b.Frontier, got, model)
+		}
+		checked++
+	}
+	if last := bs[len(bs)-1].Frontier; !last.Covers(upstream) {
+		t.Errorf("last binding %s does not cover the upstream %s", last, upstream)
+	}
+	t.Logf("%d records, %d bindings checked against the model, %d partition starts past 0", len(log), checked, resumedPast0)
+	if checked < 5 {
+		t.Errorf("only %d bindings checked", checked)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool, p *proc) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within 20s; rtrctl stderr:\n%s", string(p.stderr.bytes()))
+		}
+		if p.exited() {
+			t.Fatalf("rtrctl exited (%d):\n%s", p.cmd.ProcessState.ExitCode(), string(p.stderr.bytes()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestKafkaReplicatePipe: 'rtrctl replicate --source kafka' writes the
+// records as a pipe and stops once progress covers --stop-at, which
+// 'rtrctl frontier' printed; a topic ending in a commit marker still gets
+// there.
+func TestKafkaReplicatePipe(t *testing.T) {
+	k := testenv.SharedKafka(t)
+	brokers := strings.Join(k.Brokers, ",")
+	topic := fmt.Sprintf("rp-%d", time.Now().UnixNano()) // the shared broker outlives a test
+	kafkaTestTopic(t, k.Brokers, topic, 2)
+	tx, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionalID("rtr-"+topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	ctx := context.Background()
+	for i, commit := range []bool{true, false, true} {
+		if err := tx.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: int32(i % 2), Key: []byte(fmt.Sprint("k", i)), Value: []byte(fmt.Sprintf(`{"i":%d}`, i))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fout, ferr, code := runCLI(t, "", "frontier", "--source", "kafka", "--brokers", brokers, "--topic", topic)
+	if code != 0 {
+		t.Fatalf("frontier: %s", ferr)
+	}
+	if strings.TrimSpace(fout) != "0:4,1:2" {
+		t.Errorf("upstream frontier %q, want 0:4,1:2 (a record and a marker per transaction)", fout)
+	}
+	out, errOut, code := runCLI(t, "", "replicate", "--source", "kafka", "--brokers", brokers, "--topic", topic,
+		"--key-format", "text", "--value-format", "json", "--stop-at", strings.TrimSpace(fout))
+	if code != 0 {
+		t.Fatalf("replicate exited %d: %s", code, errOut)
+	}
+	r := pipe.NewReader(bytes.NewReader([]byte(out)), memory.DefaultAllocator)
+	defer r.Close()
+	var rows []string
+	var last frontier.Frontier
+	for {
+		s, err := r.Next()
+		if err != nil {
+			break
+		}
+		switch s.Header.Kind {
+		case pipe.KindData:
+			if s.Header.Source != "kafka."+topic || s.Header.Collection != topic || s.Header.Domain != frontier.DomainKafka {
+				t.Errorf("data header %+v", s.Header)
+			}
+			for {
+				rec, err := s.NextRecord()
+				if err != nil || rec == nil {
+					break
+				}
+				cols, times, diffs, parts := pipe.SplitData(rec)
+				for i := 0; i < int(rec.NumRows()); i++ {
+					rows = append(rows, fmt.Sprintf("%s %s @%s:%d %+d", cols[0].ValueStr(i), cols[1].ValueStr(i), parts.Value(i), times.Value(i), diffs.Value(i)))
+				}
+			}
+		case pipe.KindProgress:
+			if last, err = s.ReadProgress(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sort.Strings(rows)
+	want := []string{`k0 {"i":0} @0:0 +1`, `k2 {"i":2} @0:2 +1`}
+	if strings.Join(rows, "|") != strings.Join(want, "|") {
+		t.Errorf("rows %q, want %q", rows, want)
+	}
+	if last.String() != "0:4,1:2" {
+		t.Errorf("last progress %s, want 0:4,1:2", last)
+	}
+}
+
+// TestKafkaIngestCLIError: malformed JSON is a definite error that 'rtrctl
+// read' reports, while the other topic of the same ingest goes on.
+func TestKafkaIngestCLIError(t *testing.T) {
+	k := testenv.SharedKafka(t)
+	brokers := strings.Join(k.Brokers, ",")
+	bad, good := fmt.Sprintf("cli-bad-%d", time.Now().UnixNano()), fmt.Sprintf("cli-good-%d", time.Now().UnixNano())
+	cl := kafkaTestTopic(t, k.Brokers, bad, 1)
+	kafkaTestTopic(t, k.Brokers, good, 1)
+	ctx := context.Background()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: bad, Value: []byte(`{"ok":1}`)}, &kgo.Record{Topic: bad, Value: []byte(`not json`)},
+		&kgo.Record{Topic: good, Value: []byte(`{"n":1}`)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	p := startProc(t, nil, "ingest", "--source", "kafka", "--brokers", brokers, "--topics", bad+","+good, "--value-format", "json",
+		"--store", dir, "--interval", "20ms", "--compact-every", "0")
+	st, err := store.Open(ctx, dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		sh, err := st.Shard(ctx, bad)
+		if err != nil {
+			return false
+		}
+		in, err := sh.Info(ctx)
+		return err == nil && len(in.Errors) > 0
+	}, p)
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: good, Value: []byte(`{"n":2}`)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		out, _, code := runCLI(t, "", "read", dir, good, "--format", "csv")
+		return code == 0 && strings.Contains(out, `{""n"":2}`)
+	}, p)
+	_, errOut, code := runCLI(t, "", "read", dir, bad)
+	if code == 0 || !strings.Contains(errOut, "malformed JSON") || !strings.Contains(errOut, "offset 1") {
+		t.Errorf("read cli-bad: exit %d, stderr %s", code, errOut)
+	}
+	p.signal(syscall.SIGINT)
+	if code := p.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("ingest exited %d:\n%s", code, string(p.stderr.bytes()))
+	}
+}

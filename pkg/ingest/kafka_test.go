@@ -1,0 +1,619 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/rtrctl/rtrctl/internal/testenv"
+	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
+	"github.com/rtrctl/rtrctl/pkg/store"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// --- helpers ---------------------------------------------------------------
+
+func createTopic(t testing.TB, brokers []string, topic string, partitions int32) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).CreateTopic(context.Background(), partitions, 1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+}
+
+func producer(t testing.TB, brokers []string, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner())}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+func produce(t testing.TB, cl *kgo.Client, recs ...*kgo.Record) {
+	t.Helper()
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+}
+
+// ingestRun is a RunKafka in the background.
+type ingestRun struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startIngest(t testing.TB, cfg KafkaConfig) *ingestRun {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &ingestRun{cancel: cancel, done: make(chan error, 1)}
+	if cfg.Interval == 0 {
+		cfg.Interval = 20 * time.Millisecond
+	}
+	if cfg.CheckInterval == 0 {
+		cfg.CheckInterval = 300 * time.Millisecond
+	}
+	if cfg.CompactEvery == 0 {
+		cfg.CompactEvery = -1
+	}
+	go func() { r.done <- RunKafka(ctx, cfg) }()
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+func (r *ingestRun) stop(t testing.TB) error {
+	t.Helper()
+	r.cancel()
+	select {
+	case err, ok := <-r.done:
+		if ok {
+			close(r.done)
+		}
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("ingest did not stop within 30s")
+	}
+	return nil
+}
+
+func openStore(t testing.TB) *store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), t.TempDir(), store.Options{Retain: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// waitCaughtUp waits until the store holds everything visible upstream in
+// topic (the probe's last stable offsets) and returns the binding time
+// that covers it.
+func waitCaughtUp(t testing.TB, st *store.Store, brokers []string, prefix, topic string, within time.Duration) (uint64, frontier.Frontier) {
+	t.Helper()
+	p, err := probe.NewKafka(brokers, []string{topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	res, err := p.Probe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := KafkaSourceID(prefix, topic)
+	deadline := time.Now().Add(within)
+	var last frontier.Frontier
+	for time.Now().Before(deadline) {
+		bs, _, err := st.Bindings(ctx, src)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			t.Fatal(err)
+		}
+		for _, b := range bs {
+			if b.Frontier.Covers(res.Frontier) {
+				sh, err := st.Shard(ctx, topic)
+				if err == nil && sh.Upper() > b.Time {
+					return b.Time, b.Frontier
+				}
+				break
+			}
+		}
+		if len(bs) > 0 {
+			last = bs[len(bs)-1].Frontier
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("topic %s not ingested within %s: upstream %s, last binding %s", topic, within, res.Frontier, last)
+	return 0, frontier.Frontier{}
+}
+
+// render prints the user columns of a store read, one line per row (with
+// its multiplicity when not 1), sorted.
+func render(rec arrow.Record, skip ...string) []string {
+	var out []string
+	s := rec.Schema()
+	for i := 0; i < int(rec.NumRows()); i++ {
+		var f []string
+		var diff int64 = 1
+		for c := 0; c < int(rec.NumCols()); c++ {
+			name := s.Field(c).Name
+			col := rec.Column(c)
+			switch {
+			case name == "_diff":
+				diff = col.(*array.Int64).Value(i)
+				continue
+			case strings.HasPrefix(name, "_") || contains(skip, name):
+				continue
+			case col.IsNull(i):
+				f = append(f, name+"=null")
+			case col.DataType().ID() == arrow.BINARY:
+				f = append(f, fmt.Sprintf("%s=%q", name, col.(*array.Binary).Value(i)))
+			case col.DataType().ID() == arrow.LIST:
+				l := col.(*array.List)
+				lo, hi := l.ValueOffsets(i)
+				var vs []string
+				for j := lo; j < hi; j++ {
+					switch v := l.ListValues().(type) {
+					case *array.String:
+						vs = append(vs, v.Value(int(j)))
+					case *array.Binary:
+						if v.IsNull(int(j)) {
+							vs = append(vs, "null")
+						} else {
+							vs = append(vs, string(v.Value(int(j))))
+						}
+					}
+				}
+				f = append(f, name+"=["+strings.Join(vs, ",")+"]")
+			default:
+				f = append(f, name+"="+col.ValueStr(i))
+			}
+		}
+		line := strings.Join(f, " ")
+		if diff != 1 {
+			line += fmt.Sprintf(" x%d", diff)
+		}
+		out = append(out, line)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func readAt(t testing.TB, st *store.Store, coll string, at uint64, skip ...string) []string {
+	t.Helper()
+	sh, err := st.Shard(context.Background(), coll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := sh.ReadAsOf(context.Background(), at)
+	if err != nil {
+		t.Fatalf("read %s as of %d: %v", coll, at, err)
+	}
+	defer rec.Release()
+	return render(rec, skip...)
+}
+
+func sameLines(t testing.TB, what string, got, want []string) {
+	t.Helper()
+	sort.Strings(want)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("%s:\n got:\n  %s\n want:\n  %s", what, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+// --- tests -----------------------------------------------------------------
+
+// TestKafkaIngestKcat ingests records that kcat, an independent client
+// (librdkafka), produced with keys and headers.
+func TestKafkaIngestKcat(t *testing.T) {
+	kcat, err := exec.LookPath("kcat")
+	if err != nil {
+		t.Fatalf("kcat is needed (apt-get install kcat): %v", err)
+	}
+	k := testenv.StartKafka(t)
+	b := strings.Join(k.Brokers, ",")
+	createTopic(t, k.Brokers, "kc", 2)
+	for _, c := range []struct {
+		part, input string
+		headers     []string
+	}{
+		{"0", "k1:v1\nk2:value two\n", []string{"h1=v1", "h2=x=y"}},
+		{"1", "k3:héllo\n", []string{"only=1"}},
+	} {
+		args := []string{"-P", "-b", b, "-t", "kc", "-K:", "-p", c.part}
+		for _, h := range c.headers {
+			args = append(args, "-H", h)
+		}
+		cmd := exec.Command(kcat, args...)
+		cmd.Stdin = strings.NewReader(c.input)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kcat %v: %v\n%s", args, err, out)
+		}
+	}
+	st := openStore(t)
+	startIngest(t, KafkaConfig{Brokers: k.Brokers, Topics: []string{"kc"}, KeyFormat: "text", ValueFormat: "text", Store: st})
+	at, f := waitCaughtUp(t, st, k.Brokers, "", "kc", 20*time.Second)
+	if f.String() != "0:2,1:1" {
+		t.Errorf("binding frontier %s, want 0:2,1:1", f)
+	}
+	got := readAt(t, st, "kc", at, "timestamp")
+	sameLines(t, "kcat records", got, []string{
+		"key=k1 value=v1 partition=0 offset=0 header_keys=[h1,h2] header_values=[v1,x=y]",
+		"key=k2 value=value two partition=0 offset=1 header_keys=[h1,h2] header_values=[v1,x=y]",
+		"key=k3 value=héllo partition=1 offset=0 header_keys=[only] header_values=[1]",
+	})
+	// Timestamps are kcat's produce times.
+	sh, _ := st.Shard(context.Background(), "kc")
+	rec, err := sh.ReadAsOf(context.Background(), at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	ts := rec.Column(4).(*array.Timestamp)
+	for i := 0; i < ts.Len(); i++ {
+		if d := time.Since(time.UnixMilli(int64(ts.Value(i)))); d < 0 || d > time.Hour {
+			t.Errorf("row %d: timestamp %v is not a recent produce time", i, time.UnixMilli(int64(ts.Value(i))))
+		}
+	}
+	info, err := st.ReadSourceInfo("kafka.kc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Kind != "kafka" || strings.Join(info.Brokers, ",") != b || strings.Join(info.Topics, ",") != "kc" {
+		t.Errorf("source info %+v", info)
+	}
+}
+
+// TestKafkaIngestTransactions: committed transactions arrive, aborted ones
+// never do, and progress reaches the end offsets although every partition
+// ends in a transaction marker.
+func TestKafkaIngestTransactions(t *testing.T) {
+	k := testenv.StartKafka(t)
+	createTopic(t, k.Brokers, "tx", 3)
+	cl := producer(t, k.Brokers, kgo.TransactionalID("rtr-tx-test"), kgo.DefaultProduceTopic("tx"))
+	ctx := context.Background()
+	var want []string
+	st := openStore(t)
+	run := startIngest(t, KafkaConfig{Brokers: k.Brokers, Topics: []string{"tx"}, ValueFormat: "text", Store: st})
+	for i := 0; i < 9; i++ {
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		commit := i%3 != 1 && i != 8 // the last transaction aborts
+		for p := int32(0); p < 3; p++ {
+			for j := 0; j < 2; j++ {
+				v := fmt.Sprintf("txn%d-p%d-%d", i, p, j)
+				produce(t, cl, &kgo.Record{Partition: p, Value: []byte(v)})
+				if commit {
+					want = append(want, "value="+v)
+				}
+			}
+		}
+		if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, "tx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, f := waitCaughtUp(t, st, k.Brokers, "", "tx", 20*time.Second)
+	// 9 transactions of 2 records and a marker each, per partition.
+	for p := int32(0); p < 3; p++ {
+		end, _ := ends.Lookup("tx", p)
+		if end.Offset != 27 || f.Get(fmt.Sprint(p)) != 27 {
+			t.Errorf("partition %d: end offset %d, ingested to %d; want both 27", p, end.Offset, f.Get(fmt.Sprint(p)))
+		}
+	}
+	sameLines(t, "committed records", readAt(t, st, "tx", at, "key", "partition", "offset", "timestamp", "header_keys", "header_values"), want)
+	if err := run.stop(t); err != nil {
+		t.Fatalf("ingest: %v", err)
+	}
+}
+
+// TestKafkaIngestFormats: envelope none with json, text and bytes values;
+// a malformed JSON value is a definite error of its collection while the
+// other topic of the same ingest goes on.
+func TestKafkaIngestFormats(t *testing.T) {
+	k := testenv.StartKafka(t)
+	for _, tp := range []string{"fj", "fj2", "ft", "fb"} {
+		createTopic(t, k.Brokers, tp, 1)
+	}
+	cl := producer(t, k.Brokers)
+	r := func(topic, key string, value []byte) *kgo.Record {
+		var kb []byte
+		if key != "" {
+			kb = []byte(key)
+		}
+		return &kgo.Record{Topic: topic, Key: kb, Value: value}
+	}
+	produce(t, cl, r("fj", `"k"`, []byte(`{"a":1}`)), r("fj", `"k"`, []byte(`{"a":`)), r("fj", `"k"`, []byte(`{"b":2}`)))
+	produce(t, cl, r("fj2", `7`, []byte(`[1,2]`)), r("fj2", "", nil))
+	produce(t, cl, r("ft", "", []byte("plain text")))
+	produce(t, cl, r("fb", "\x00\xff", []byte{0xff, 0x00, 'x'}))
+
+	st := openStore(t)
+	startIngest(t, KafkaConfig{Brokers: k.Brokers, Topics: []string{"fj", "fj2"}, KeyFormat: "json", ValueFormat: "json", Store: st})
+	at2, _ := waitCaughtUp(t, st, k.Brokers, "", "fj2", 20*time.Second)
+	sameLines(t, "fj2", readAt(t, st, "fj2", at2, "partition", "timestamp", "header_keys", "header_values"),
+		[]string{"key=7 value=[1,2] offset=0", "key=null value=null offset=1"})
+	// fj: the first record is readable before the error's time; from the
+	// error on, reads fail with it.
+	waitCaughtUp(t, st, k.Brokers, "", "fj", 20*time.Second)
+	sh, err := st.Shard(context.Background(), "fj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := sh.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Errors) != 1 || !strings.Contains(info.Errors[0].Message, "offset 1") || !strings.Contains(info.Errors[0].Message, "malformed JSON") {
+		t.Fatalf("fj errors: %+v", info.Errors)
+	}
+	_, err = sh.ReadAsOf(context.Background(), sh.Upper()-1)
+	var de *store.DefiniteError
+	if !errors.As(err, &de) || !strings.Contains(de.Message, "malformed JSON") {
+		t.Fatalf("read fj after the error: %v, want a definite error", err)
+	}
+	sameLines(t, "fj before its error", readAt(t, st, "fj", info.Errors[0].Time-1, "partition", "timestamp", "header_keys", "header_values"),
+		[]string{`key="k" value={"a":1} offset=0`})
+	// The other topic goes on after the error.
+	produce(t, cl, r("fj2", `8`, []byte(`{"later":true}`)))
+	at2, _ = waitCaughtUp(t, st, k.Brokers, "", "fj2", 20*time.Second)
+	sameLines(t, "fj2 after fj's error", readAt(t, st, "fj2", at2, "partition", "timestamp", "header_keys", "header_values"),
+		[]string{"key=7 value=[1,2] offset=0", "key=null value=null offset=1", `key=8 value={"later":true} offset=2`})
+
+	st2 := openStore(t)
+	startIngest(t, KafkaConfig{Brokers: k.Brokers, Topics: []string{"ft"}, KeyFormat: "text", ValueFormat: "text", Store: st2})
+	at, _ := waitCaughtUp(t, st2, k.Brokers, "", "ft", 20*time.Second)
+	sameLines(t, "ft", readAt(t, st2, "ft", at, "partition", "offset", "timestamp", "header_keys", "header_values"), []string{"key=null value=plain text"})
+
+	st3 := openStore(t)
+	startIngest(t, KafkaConfig{Brokers: k.Brokers, Topics: []string{"fb"}, Store: st3})
+	at, _ = waitCaughtUp(t, st3, k.Brokers, "", "fb", 20*time.Second)
+	sameLines(t, "fb", readAt(t, st3, "fb", at, "partition", "offset", "timestamp", "header_keys", "header_values"), []string{`key="\x00\xff" value="\xff\x00x"`})
+}
+
+// TestKafkaIngestErrors: a missing topic and a restart with another
+// envelope fail with clear errors; a second ingest of a topic is refused.
+func TestKafkaIngestErrors(t *testing.T) {
+	k := testenv.SharedKafka(t)
+	st := openStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := RunKafka(ctx, KafkaConfig{Brokers: k.Brokers, Topics: []string{"no-such-topic-xyz"}, Store: st, CompactEvery: -1})
+	if err == nil || !strings.Contains(err.Error(), `topic "no-such-topic-xyz" does not exist`) {
+		t.Fatalf("missing topic: %v", err)
+	}
+
+	topic := fmt.Sprintf("env-switch-%d", time.Now().UnixNano()) // the shared broker outlives a test
+	createTopic(t, k.Brokers, topic, 1)
+	produce(t, producer(t, k.Brokers), &kgo.Record{Topic: topic, Key: []byte("a"), Value: []byte("1")})
+	run := startIngest(t, KafkaConfig{Brokers: k.Brokers, Topics: []string{topic}, Store: st})
+	waitCaughtUp(t, st, k.Brokers, "", topic, 20*time.Second)
+	err = RunKafka(ctx, KafkaConfig{Brokers: k.Brokers, Topics: []string{topic}, Store: st, CompactEvery: -1})
+	if !errors.Is(err, store.ErrLocked) {
+		t.Fatalf("second ingest: %v, want ErrLocked", err)
+	}
+	if err := run.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	err = RunKafka(ctx, KafkaConfig{Brokers: k.Brokers, Topics: []string{topic}, Envelope: "upsert", Store: st, CompactEvery: -1})
+	if err == nil || !strings.Contains(err.Error(), "different schema") && !strings.Contains(err.Error(), "--envelope none") {
+		t.Fatalf("restart with another envelope: %v", err)
+	}
+}
+
+// TestKafkaIngestUpsertRestart: random puts and deletes over a small key
+// space, ingest cancelled and restarted several times. At every binding
+// the store equals the model (records applied in offset order up to the
+// binding's frontier), and a restart resumes where the store ends instead
+// of reading the topic from its beginning.
+func TestKafkaIngestUpsertRestart(t *testing.T) {
+	k := testenv.StartKafka(t)
+	createTopic(t, k.Brokers, "up", 2)
+	cl := producer(t, k.Brokers)
+	st := openStore(t)
+	var log []*kgo.Record // everything produced, with offsets
+	rnd := uint64(42)
+	next := func(n uint64) uint64 { rnd = rnd*6364136223846793005 + 1442695040888963407; return (rnd >> 33) % n }
+	var starts []map[int32]int64
+	var mu sync.Mutex
+	for round := 0; round < 4; round++ {
+		start := map[int32]int64{}
+		starts = append(starts, start)
+		run := startIngest(t, KafkaConfig{Brokers: k.Brokers, Topics: []string{"up"}, Envelope: "upsert", KeyFormat: "text", ValueFormat: "text", Store: st,
+			OnStart: func(topic string, p int32, off int64) { mu.Lock(); start[p] = off; mu.Unlock() }})
+		for i := 0; i < 60; i++ {
+			key := fmt.Sprintf("k%d", next(8))
+			var val []byte
+			if next(4) != 0 {
+				val = []byte(fmt.Sprintf("v%d-%d", round, i))
+			}
+			// A key always goes to the same partition, as the default
+			// partitioner does.
+			r := &kgo.Record{Topic: "up", Partition: int32(key[1]-'0') % 2, Key: []byte(key), Value: val}
+			produce(t, cl, r)
+			log = append(log, r)
+			if i == 30 && round%2 == 1 {
+				time.Sleep(50 * time.Millisecond) // let some bindings happen mid-round
+			}
+		}
+		if round < 3 {
+			// Stop at a random moment: sometimes before it caught up.
+			time.Sleep(time.Duration(next(150)) * time.Millisecond)
+			if err := run.stop(t); err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+			continue
+		}
+		waitCaughtUp(t, st, k.Brokers, "", "up", 20*time.Second)
+		if err := run.stop(t); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Restarts resumed from the store, not from offset 0.
+	resumed := 0
+	for i, s := range starts[1:] {
+		for _, off := range s {
+			if off > 0 {
+				resumed++
+			}
+		}
+		if len(s) != 2 {
+			t.Errorf("round %d: start offsets %v", i+1, s)
+		}
+	}
+	if resumed == 0 {
+		t.Errorf("no restart resumed past offset 0: %v", starts)
+	}
+	checkUpsertModel(t, st, "kafka.up", "up", log)
+}
+
+// checkUpsertModel compares the collection at every binding time with the
+// model: the records below the binding's frontier applied in offset order.
+func checkUpsertModel(t *testing.T, st *store.Store, source, coll string, log []*kgo.Record) {
+	t.Helper()
+	ctx := context.Background()
+	bs, _, err := st.Bindings(ctx, source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := st.Shard(ctx, coll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, b := range bs {
+		if b.Time >= sh.Upper() {
+			break
+		}
+		model := map[string]string{}
+		for _, r := range log {
+			if b.Frontier.Beyond(frontier.Time{Partition: fmt.Sprint(r.Partition), Pos: uint64(r.Offset)}) {
+				if r.Value == nil {
+					delete(model, string(r.Key))
+				} else {
+					model[string(r.Key)] = string(r.Value)
+				}
+			}
+		}
+		var want []string
+		for k, v := range model {
+			want = append(want, "key="+k+" value="+v)
+		}
+		sameLines(t, fmt.Sprintf("binding %d (%s)", b.Time, b.Frontier), readAt(t, st, coll, b.Time), want)
+		checked++
+	}
+	if checked < 3 {
+		t.Fatalf("only %d bindings checked", checked)
+	}
+	t.Logf("%d bindings match the model", checked)
+}
+
+// BenchmarkKafkaIngest compares the ingest rate of 100-byte records from
+// kfake with a raw franz-go consumer reading the same topic from the same
+// broker: envelope none, and upsert over 100k keys. Each iteration reads
+// the whole topic into a fresh store.
+//
+//	go test ./pkg/ingest -run '^$' -bench BenchmarkKafkaIngest -benchtime 2x
+func BenchmarkKafkaIngest(b *testing.B) {
+	const records, keys, partitions = 200_000, 100_000, 4
+	k := testenv.StartKafka(b)
+	createTopic(b, k.Brokers, "bench", partitions)
+	cl := producer(b, k.Brokers, kgo.ProducerBatchMaxBytes(1<<20), kgo.MaxBufferedRecords(50_000))
+	ctx := context.Background()
+	rnd := uint64(1)
+	value := make([]byte, 100)
+	for i := 0; i < records; i++ {
+		rnd = rnd*6364136223846793005 + 1442695040888963407
+		key := []byte(fmt.Sprintf("key-%06d", (rnd>>33)%keys))
+		v := append([]byte(nil), value...)
+		copy(v, fmt.Sprintf("value %d", i))
+		cl.Produce(ctx, &kgo.Record{Topic: "bench", Partition: int32(i % partitions), Key: key, Value: v}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	var rates = map[string]float64{}
+	b.Run("raw", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			start := time.Now()
+			offs := map[int32]kgo.Offset{}
+			for p := int32(0); p < partitions; p++ {
+				offs[p] = kgo.NewOffset().AtStart()
+			}
+			c, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"bench": offs}),
+				kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, bytes := 0, 0
+			for n < records {
+				fs := c.PollFetches(ctx)
+				fs.EachRecord(func(r *kgo.Record) { n++; bytes += len(r.Key) + len(r.Value) })
+			}
+			c.Close()
+			rates["raw"] = float64(n) / time.Since(start).Seconds()
+			b.ReportMetric(rates["raw"], "records/s")
+		}
+	})
+	for _, env := range []string{"none", "upsert"} {
+		b.Run(env, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				st := openStore(b)
+				start := time.Now()
+				run := startIngest(b, KafkaConfig{Brokers: k.Brokers, Topics: []string{"bench"}, Envelope: env, Store: st,
+					Interval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+				waitCaughtUp(b, st, k.Brokers, "", "bench", 5*time.Minute)
+				el := time.Since(start)
+				if err := run.stop(b); err != nil {
+					b.Fatal(err)
+				}
+				rates[env] = float64(records) / el.Seconds()
+				b.ReportMetric(rates[env], "records/s")
+				if rates["raw"] > 0 {
+					b.ReportMetric(rates[env]/rates["raw"], "x-raw")
+				}
+			}
+		})
+	}
+}

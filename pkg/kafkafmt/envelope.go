@@ -1,0 +1,311 @@
+package kafkafmt
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/pipe"
+)
+
+// Envelopes lists the envelope names NewDecoder accepts.
+var Envelopes = []string{"none", "upsert"}
+
+// Config configures a Decoder.
+type Config struct {
+	// Envelope is "none" (the default) or "upsert".
+	Envelope string
+	// Key and Value decode the record's key and value; nil means bytes.
+	Key, Value Format
+	// Collection and Source go into the data schema's metadata
+	// (rtr.collection, rtr.source).
+	Collection, Source string
+	// Mem allocates Arrow buffers; nil means memory.DefaultAllocator.
+	Mem memory.Allocator
+}
+
+// DecodeError says that a record's bytes do not decode. It is definite:
+// the same record always fails the same way.
+type DecodeError struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Msg       string
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("topic %s partition %d offset %d: %s", e.Topic, e.Partition, e.Offset, e.Msg)
+}
+
+// Decoder turns records of one topic into a pipe data record (user
+// columns, _time = offset, _diff, _partition = the partition number in
+// decimal) in the kafka time domain. It is not safe for concurrent use.
+type Decoder interface {
+	// Schema is the data schema of the records Flush returns, with the
+	// pipe metadata (rtr.kind data, rtr.collection, rtr.source,
+	// rtr.time kafka, rtr.key).
+	Schema() *arrow.Schema
+	// Add decodes one record (not a control record). On a *DecodeError
+	// nothing of the record is added.
+	Add(r *kgo.Record) error
+	// Rows is the number of rows added since the last Flush.
+	Rows() int
+	// Flush returns the rows added since the last Flush (nil when there
+	// are none); the caller releases it.
+	Flush() arrow.Record
+	// Release frees the builders.
+	Release()
+}
+
+// Stateful is implemented by decoders that keep state (upsert).
+type Stateful interface {
+	// LoadState replaces the state with the contents of a collection
+	// written by this decoder, as the store reads it (user columns and
+	// _diff).
+	LoadState(rec arrow.Record) error
+	// StateSize is the number of keys held.
+	StateSize() int
+}
+
+// NewDecoder returns the decoder of cfg.Envelope.
+func NewDecoder(cfg Config) (Decoder, error) {
+	if cfg.Key == nil {
+		cfg.Key = bytesFormat{}
+	}
+	if cfg.Value == nil {
+		cfg.Value = bytesFormat{}
+	}
+	if cfg.Mem == nil {
+		cfg.Mem = memory.DefaultAllocator
+	}
+	switch cfg.Envelope {
+	case "none", "":
+		fields := []arrow.Field{
+			{Name: "key", Type: cfg.Key.Type(), Nullable: true},
+			{Name: "value", Type: cfg.Value.Type(), Nullable: true},
+			{Name: "partition", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+			{Name: "offset", Type: arrow.PrimitiveTypes.Int64, Nullable: true},
+			{Name: "timestamp", Type: &arrow.TimestampType{Unit: arrow.Millisecond, TimeZone: "UTC"}, Nullable: true},
+			{Name: "header_keys", Type: arrow.ListOf(arrow.BinaryTypes.String), Nullable: true},
+			{Name: "header_values", Type: arrow.ListOf(arrow.BinaryTypes.Binary), Nullable: true},
+		}
+		d := &noneDecoder{base: newBase(cfg, fields, []string{"partition", "offset"})}
+		d.hk = d.b.Field(5).(*array.ListBuilder)
+		d.hv = d.b.Field(6).(*array.ListBuilder)
+		return d, nil
+	case "upsert":
+		fields := []arrow.Field{
+			{Name: "key", Type: cfg.Key.Type(), Nullable: true},
+			{Name: "value", Type: cfg.Value.Type(), Nullable: true},
+		}
+		return &upsertDecoder{base: newBase(cfg, fields, []string{"key"}), state: map[string][]byte{}}, nil
+	}
+	return nil, fmt.Errorf("new decoder: unknown envelope %q (want none or upsert)", cfg.Envelope)
+}
+
+// base holds the record builder shared by the envelopes: the user columns,
+// then _time, _diff, _partition.
+type base struct {
+	cfg    Config
+	schema *arrow.Schema
+	b      *array.RecordBuilder
+	nUser  int
+	times  *array.Uint64Builder
+	diffs  *array.Int64Builder
+	parts  *array.StringBuilder
+	rows   int
+	pnames []string // partition number -> decimal name
+}
+
+func newBase(cfg Config, fields []arrow.Field, key []string) base {
+	h := pipe.Header{Kind: pipe.KindData, Collection: cfg.Collection, Source: cfg.Source, Domain: frontier.DomainKafka, Key: key}
+	schema := pipe.DataSchema(fields, frontier.DomainKafka, h.Metadata())
+	b := array.NewRecordBuilder(cfg.Mem, schema)
+	n := len(fields)
+	return base{
+		cfg: cfg, schema: schema, b: b, nUser: n,
+		times: b.Field(n).(*array.Uint64Builder),
+		diffs: b.Field(n + 1).(*array.Int64Builder),
+		parts: b.Field(n + 2).(*array.StringBuilder),
+	}
+}
+
+func (d *base) Schema() *arrow.Schema { return d.schema }
+func (d *base) Rows() int             { return d.rows }
+func (d *base) Release()              { d.b.Release() }
+
+func (d *base) Flush() arrow.Record {
+	if d.rows == 0 {
+		return nil
+	}
+	d.rows = 0
+	return d.b.NewRecord()
+}
+
+// reserved appends the reserved columns of one row.
+func (d *base) reserved(r *kgo.Record, diff int64) {
+	d.times.Append(uint64(r.Offset))
+	d.diffs.Append(diff)
+	p := int(r.Partition)
+	for len(d.pnames) <= p {
+		d.pnames = append(d.pnames, strconv.Itoa(len(d.pnames)))
+	}
+	d.parts.Append(d.pnames[p])
+	d.rows++
+}
+
+func (d *base) decodeErr(r *kgo.Record, format string, args ...any) *DecodeError {
+	return &DecodeError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Msg: fmt.Sprintf(format, args...)}
+}
+
+// check validates the key and value of r.
+func (d *base) check(r *kgo.Record) error {
+	if r.Key != nil {
+		if err := d.cfg.Key.Check(r.Key); err != nil {
+			return d.decodeErr(r, "key (format %s): %v", d.cfg.Key.Name(), err)
+		}
+	}
+	if r.Value != nil {
+		if err := d.cfg.Value.Check(r.Value); err != nil {
+			return d.decodeErr(r, "value (format %s): %v", d.cfg.Value.Name(), err)
+		}
+	}
+	return nil
+}
+
+func appendOrNull(f Format, b array.Builder, data []byte) {
+	if data == nil {
+		b.AppendNull()
+		return
+	}
+	f.Append(b, data)
+}
+
+// noneDecoder is the append-only envelope.
+type noneDecoder struct {
+	base
+	hk, hv *array.ListBuilder
+}
+
+func (d *noneDecoder) Add(r *kgo.Record) error {
+	if r.Partition < 0 {
+		return d.decodeErr(r, "negative partition")
+	}
+	if err := d.check(r); err != nil {
+		return err
+	}
+	for _, h := range r.Headers {
+		if !utf8.ValidString(h.Key) {
+			return d.decodeErr(r, "header key %q is not valid UTF-8", h.Key)
+		}
+	}
+	appendOrNull(d.cfg.Key, d.b.Field(0), r.Key)
+	appendOrNull(d.cfg.Value, d.b.Field(1), r.Value)
+	d.b.Field(2).(*array.Int32Builder).Append(r.Partition)
+	d.b.Field(3).(*array.Int64Builder).Append(r.Offset)
+	d.b.Field(4).(*array.TimestampBuilder).Append(arrow.Timestamp(r.Timestamp.UnixMilli()))
+	d.hk.Append(true)
+	d.hv.Append(true)
+	kb := d.hk.ValueBuilder().(*array.StringBuilder)
+	vb := d.hv.ValueBuilder().(*array.BinaryBuilder)
+	for _, h := range r.Headers {
+		kb.Append(h.Key)
+		if h.Value == nil {
+			vb.AppendNull()
+		} else {
+			vb.Append(h.Value)
+		}
+	}
+	d.reserved(r, 1)
+	return nil
+}
+
+// upsertDecoder is the upsert envelope: one row per key.
+type upsertDecoder struct {
+	base
+	state map[string][]byte // key bytes -> current value bytes
+}
+
+func (d *upsertDecoder) Add(r *kgo.Record) error {
+	if r.Partition < 0 {
+		return d.decodeErr(r, "negative partition")
+	}
+	if r.Key == nil {
+		return d.decodeErr(r, "the upsert envelope needs a key, the record has a null key")
+	}
+	if err := d.check(r); err != nil {
+		return err
+	}
+	k := string(r.Key)
+	old, had := d.state[k]
+	switch {
+	case r.Value == nil: // tombstone
+		if had {
+			d.row(r, r.Key, old, -1)
+			delete(d.state, k)
+		}
+	case had && bytes.Equal(old, r.Value):
+		// Same value again: the retraction and insertion cancel.
+	default:
+		if had {
+			d.row(r, r.Key, old, -1)
+		}
+		d.row(r, r.Key, r.Value, 1)
+		d.state[k] = bytes.Clone(r.Value)
+	}
+	return nil
+}
+
+func (d *upsertDecoder) row(r *kgo.Record, key, value []byte, diff int64) {
+	d.cfg.Key.Append(d.b.Field(0), key)
+	d.cfg.Value.Append(d.b.Field(1), value)
+	d.reserved(r, diff)
+}
+
+// StateSize implements Stateful.
+func (d *upsertDecoder) StateSize() int { return len(d.state) }
+
+// LoadState implements Stateful: rec holds key, value and _diff columns
+// (a store read of the collection).
+func (d *upsertDecoder) LoadState(rec arrow.Record) error {
+	s := rec.Schema()
+	ki, vi, di := s.FieldIndices("key"), s.FieldIndices("value"), s.FieldIndices(pipe.ColDiff)
+	if len(ki) != 1 || len(vi) != 1 || len(di) != 1 {
+		return fmt.Errorf("load upsert state: want columns key, value, _diff, got %v", s)
+	}
+	keys, vals := rec.Column(ki[0]), rec.Column(vi[0])
+	diffs, ok := rec.Column(di[0]).(*array.Int64)
+	if !ok {
+		return fmt.Errorf("load upsert state: _diff is %s, want int64", rec.Column(di[0]).DataType())
+	}
+	state := make(map[string][]byte, rec.NumRows())
+	for i := 0; i < int(rec.NumRows()); i++ {
+		if diffs.Value(i) != 1 {
+			return fmt.Errorf("load upsert state: row %d has multiplicity %d, but an upsert collection holds each key once", i, diffs.Value(i))
+		}
+		if keys.IsNull(i) || vals.IsNull(i) {
+			return fmt.Errorf("load upsert state: row %d has a null key or value, which the upsert envelope never writes", i)
+		}
+		k, err := d.cfg.Key.Raw(keys, i)
+		if err != nil {
+			return fmt.Errorf("load upsert state: %w", err)
+		}
+		v, err := d.cfg.Value.Raw(vals, i)
+		if err != nil {
+			return fmt.Errorf("load upsert state: %w", err)
+		}
+		if _, dup := state[string(k)]; dup {
+			return fmt.Errorf("load upsert state: key %q appears twice", k)
+		}
+		state[string(k)] = v
+	}
+	d.state = state
+	return nil
+}

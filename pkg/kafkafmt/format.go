@@ -1,0 +1,134 @@
+// Package kafkafmt turns Kafka records into rtrctl updates: formats decode
+// a record's key or value bytes into an Arrow column, and envelopes decide
+// which rows a record adds or retracts.
+//
+// Formats (Format, ParseFormat):
+//
+//   - bytes: Arrow binary, the bytes as they are;
+//   - text: Arrow utf8; the bytes must be valid UTF-8;
+//   - json: Arrow utf8 holding the JSON text verbatim; it must be one valid
+//     JSON value.
+//
+// A null key or value (Kafka's null, not an empty byte string) is a null in
+// every format. Bytes a format refuses are a *DecodeError; rtrctl records it
+// as a definite error of the collection (docs/kafka.md).
+//
+// Envelopes (NewDecoder):
+//
+//   - none: append-only; every record is one row inserted at its offset
+//     (key, value, partition, offset, timestamp, header_keys,
+//     header_values);
+//   - upsert: one row (key, value) per key; a record retracts the key's
+//     current row and inserts its value at the record's offset, and a null
+//     value (a tombstone) deletes the key. The decoder keeps the current
+//     value of every key (its state), which can be rebuilt from the store
+//     (LoadState) instead of re-reading the topic.
+//
+// Envelopes use formats only through the Format interface, so a new format
+// (Avro with a schema registry, say) needs no change here.
+package kafkafmt
+
+import (
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+)
+
+// Format decodes the bytes of a record's key or value into one Arrow
+// column.
+type Format interface {
+	// Name is the format's name on the command line (bytes, text, json).
+	Name() string
+	// Type is the Arrow type of the column.
+	Type() arrow.DataType
+	// Check reports whether data (never nil) decodes; the error says why
+	// not, without naming the record (the caller adds that).
+	Check(data []byte) error
+	// Append decodes data, which Check accepted, and appends it to b, a
+	// builder of Type().
+	Append(b array.Builder, data []byte)
+	// Raw returns the bytes that decode to element i of arr (a non-null
+	// element of a column of Type()). The upsert envelope uses it to
+	// rebuild its state from the store; a format whose decoding loses
+	// information must re-encode here to bytes that decode to the same
+	// element.
+	Raw(arr arrow.Array, i int) ([]byte, error)
+}
+
+// Formats lists the names ParseFormat accepts.
+var Formats = []string{"bytes", "text", "json"}
+
+// ParseFormat returns the format called name.
+func ParseFormat(name string) (Format, error) {
+	switch name {
+	case "bytes", "":
+		return bytesFormat{}, nil
+	case "text":
+		return textFormat{}, nil
+	case "json":
+		return jsonFormat{}, nil
+	}
+	return nil, fmt.Errorf("parse format: unknown format %q (want bytes, text or json)", name)
+}
+
+type bytesFormat struct{}
+
+func (bytesFormat) Name() string            { return "bytes" }
+func (bytesFormat) Type() arrow.DataType    { return arrow.BinaryTypes.Binary }
+func (bytesFormat) Check(data []byte) error { return nil }
+func (bytesFormat) Append(b array.Builder, data []byte) {
+	b.(*array.BinaryBuilder).Append(data)
+}
+func (bytesFormat) Raw(arr arrow.Array, i int) ([]byte, error) {
+	a, ok := arr.(*array.Binary)
+	if !ok {
+		return nil, fmt.Errorf("bytes format: column is %s, want binary", arr.DataType())
+	}
+	return append([]byte(nil), a.Value(i)...), nil
+}
+
+type textFormat struct{}
+
+func (textFormat) Name() string         { return "text" }
+func (textFormat) Type() arrow.DataType { return arrow.BinaryTypes.String }
+func (textFormat) Check(data []byte) error {
+	if !utf8.Valid(data) {
+		return fmt.Errorf("not valid UTF-8 text (the bytes format takes any bytes)")
+	}
+	return nil
+}
+func (textFormat) Append(b array.Builder, data []byte) {
+	b.(*array.StringBuilder).BinaryBuilder.Append(data)
+}
+func (textFormat) Raw(arr arrow.Array, i int) ([]byte, error) { return stringRaw(arr, i) }
+
+type jsonFormat struct{}
+
+func (jsonFormat) Name() string         { return "json" }
+func (jsonFormat) Type() arrow.DataType { return arrow.BinaryTypes.String }
+func (jsonFormat) Check(data []byte) error {
+	if json.Valid(data) {
+		return nil
+	}
+	var v any
+	err := json.Unmarshal(data, &v)
+	if err == nil {
+		err = fmt.Errorf("invalid JSON")
+	}
+	return fmt.Errorf("malformed JSON: %w", err)
+}
+func (jsonFormat) Append(b array.Builder, data []byte) {
+	b.(*array.StringBuilder).BinaryBuilder.Append(data)
+}
+func (jsonFormat) Raw(arr arrow.Array, i int) ([]byte, error) { return stringRaw(arr, i) }
+
+func stringRaw(arr arrow.Array, i int) ([]byte, error) {
+	a, ok := arr.(*array.String)
+	if !ok {
+		return nil, fmt.Errorf("text format: column is %s, want utf8", arr.DataType())
+	}
+	return []byte(a.Value(i)), nil
+}

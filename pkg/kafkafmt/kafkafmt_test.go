@@ -1,0 +1,209 @@
+package kafkafmt
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/rtrctl/rtrctl/pkg/pipe"
+)
+
+func rec(p int32, off int64, key, value []byte, hs ...kgo.RecordHeader) *kgo.Record {
+	return &kgo.Record{Topic: "t", Partition: p, Offset: off, Key: key, Value: value, Headers: hs, Timestamp: time.UnixMilli(1700000000000 + off)}
+}
+
+func newDec(t *testing.T, mem memory.Allocator, env, kf, vf string) Decoder {
+	t.Helper()
+	k, err := ParseFormat(kf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := ParseFormat(vf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDecoder(Config{Envelope: env, Key: k, Value: v, Collection: "t", Source: "kafka.t", Mem: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// rows renders a data record as sorted lines "cols... @partition:time diff".
+func rows(t *testing.T, r arrow.Record) []string {
+	t.Helper()
+	if r == nil {
+		return nil
+	}
+	cols, times, diffs, parts := pipe.SplitData(r)
+	if times == nil || parts == nil {
+		t.Fatalf("not a kafka data record: %v", r.Schema())
+	}
+	var out []string
+	for i := 0; i < int(r.NumRows()); i++ {
+		var f []string
+		for _, c := range cols {
+			if c.IsNull(i) {
+				f = append(f, "null")
+			} else if bin, ok := c.(*array.Binary); ok {
+				f = append(f, string(bin.Value(i)))
+			} else {
+				f = append(f, c.ValueStr(i))
+			}
+		}
+		out = append(out, fmt.Sprintf("%s @%s:%d %+d", strings.Join(f, " "), parts.Value(i), times.Value(i), diffs.Value(i)))
+	}
+	return out
+}
+
+func TestFormats(t *testing.T) {
+	for _, tc := range []struct {
+		format string
+		in     []byte
+		ok     bool
+	}{
+		{"bytes", []byte{0xff, 0}, true},
+		{"text", []byte("héllo"), true},
+		{"text", []byte{0xff}, false},
+		{"json", []byte(`{"a":[1,2]}`), true},
+		{"json", []byte(` 7 `), true},
+		{"json", []byte(`{"a":`), false},
+		{"json", []byte(`{} {}`), false},
+	} {
+		f, err := ParseFormat(tc.format)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Check(tc.in); (err == nil) != tc.ok {
+			t.Errorf("%s.Check(%q) = %v, want ok=%v", tc.format, tc.in, err, tc.ok)
+		}
+		if !tc.ok {
+			continue
+		}
+		b := array.NewBuilder(memory.DefaultAllocator, f.Type())
+		f.Append(b, tc.in)
+		a := b.NewArray()
+		raw, err := f.Raw(a, 0)
+		if err != nil || string(raw) != string(tc.in) {
+			t.Errorf("%s: Raw = %q, %v; want %q", tc.format, raw, err, tc.in)
+		}
+		a.Release()
+		b.Release()
+	}
+	if _, err := ParseFormat("avro"); err == nil {
+		t.Error("ParseFormat(avro) succeeded")
+	}
+}
+
+func TestNoneEnvelope(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
+	defer mem.AssertSize(t, 0)
+	d := newDec(t, mem, "none", "text", "json")
+	defer d.Release()
+	if err := d.Add(rec(0, 5, []byte("k1"), []byte(`{"x":1}`), kgo.RecordHeader{Key: "h1", Value: []byte("v1")}, kgo.RecordHeader{Key: "h2"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Add(rec(2, 0, nil, nil)); err != nil {
+		t.Fatal(err)
+	}
+	// A malformed value adds nothing.
+	err := d.Add(rec(1, 9, []byte("k"), []byte(`{"x":`)))
+	var de *DecodeError
+	if !errors.As(err, &de) || de.Offset != 9 || de.Partition != 1 || !strings.Contains(err.Error(), "malformed JSON") {
+		t.Fatalf("malformed JSON: got %v", err)
+	}
+	if d.Rows() != 2 {
+		t.Fatalf("rows = %d, want 2", d.Rows())
+	}
+	r := d.Flush()
+	defer r.Release()
+	got := rows(t, r)
+	want := []string{
+		`k1 {"x":1} 0 5 2023-11-14 22:13:20.005Z ["h1","h2"] ["djE=",null] @0:5 +1`,
+		`null null 2 0 2023-11-14 22:13:20Z [] [] @2:0 +1`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if k, _ := r.Schema().Metadata().GetValue(pipe.KeyKey); k != "partition,offset" {
+		t.Errorf("rtr.key = %q", k)
+	}
+	if d.Flush() != nil {
+		t.Error("second Flush returned rows")
+	}
+}
+
+func TestUpsertEnvelope(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
+	defer mem.AssertSize(t, 0)
+	d := newDec(t, mem, "upsert", "bytes", "text")
+	defer d.Release()
+	add := func(off int64, k string, v []byte) {
+		t.Helper()
+		if err := d.Add(rec(0, off, []byte(k), v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(0, "a", []byte("1"))
+	add(1, "b", []byte("2"))
+	add(2, "a", []byte("3"))
+	add(3, "a", []byte("3")) // same value: nothing
+	add(4, "b", nil)         // delete
+	add(5, "c", nil)         // delete of an absent key: nothing
+	if err := d.Add(rec(0, 6, nil, []byte("x"))); err == nil {
+		t.Error("a null key was accepted")
+	}
+	if err := d.Add(rec(0, 7, []byte("d"), []byte{0xff})); err == nil {
+		t.Error("invalid UTF-8 was accepted")
+	}
+	r := d.Flush()
+	got := rows(t, r)
+	r.Release()
+	want := []string{"a 1 @0:0 +1", "b 2 @0:1 +1", "a 1 @0:2 -1", "a 3 @0:2 +1", "b 2 @0:4 -1"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if n := d.(Stateful).StateSize(); n != 1 {
+		t.Errorf("state size %d, want 1", n)
+	}
+
+	// Rebuild the state of a fresh decoder from a store-shaped read.
+	d2 := newDec(t, mem, "upsert", "bytes", "text")
+	defer d2.Release()
+	schema := arrow.NewSchema([]arrow.Field{{Name: "key", Type: arrow.BinaryTypes.Binary}, {Name: "value", Type: arrow.BinaryTypes.String}, {Name: "_diff", Type: arrow.PrimitiveTypes.Int64}}, nil)
+	b := array.NewRecordBuilder(mem, schema)
+	b.Field(0).(*array.BinaryBuilder).AppendValues([][]byte{[]byte("a"), []byte("z")}, nil)
+	b.Field(1).(*array.StringBuilder).AppendValues([]string{"3", "9"}, nil)
+	b.Field(2).(*array.Int64Builder).AppendValues([]int64{1, 1}, nil)
+	st := b.NewRecord()
+	b.Release()
+	if err := d2.(Stateful).LoadState(st); err != nil {
+		t.Fatal(err)
+	}
+	st.Release()
+	for i, kv := range [][2]string{{"a", "4"}, {"z", ""}} {
+		var v []byte
+		if kv[1] != "" {
+			v = []byte(kv[1])
+		}
+		if err := d2.Add(rec(1, int64(10+i), []byte(kv[0]), v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r = d2.Flush()
+	got = rows(t, r)
+	r.Release()
+	sort.Strings(got)
+	want = []string{"a 3 @1:10 -1", "a 4 @1:10 +1", "z 9 @1:11 -1"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("after LoadState:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
