@@ -265,7 +265,7 @@ func TestKafkaReplicatePipe(t *testing.T) {
 				}
 				cols, times, diffs, parts := pipe.SplitData(rec)
 				for i := 0; i < int(rec.NumRows()); i++ {
-					rows = append(rows, fmt.Sprintf("%s %s @%s:%d %+d", cols[0].ValueStr(i), cols[1].ValueStr(i), parts.Value(i), times.Value(i), diffs.Value(i)))
+					rows = append(rows, fmt.Sprintf("%s %s @%s:%d %+d", cols[2].ValueStr(i), cols[3].ValueStr(i), parts.Value(i), times.Value(i), diffs.Value(i)))
 				}
 			}
 		case pipe.KindProgress:

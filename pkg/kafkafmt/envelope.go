@@ -87,11 +87,14 @@ func NewDecoder(cfg Config) (Decoder, error) {
 	}
 	switch cfg.Envelope {
 	case "none", "":
+		// partition and offset first: they identify a record, so the
+		// store sorts a batch on them (cheap integer comparisons) instead
+		// of on keys and values that may repeat.
 		fields := []arrow.Field{
-			{Name: "key", Type: cfg.Key.Type(), Nullable: true},
-			{Name: "value", Type: cfg.Value.Type(), Nullable: true},
 			{Name: "partition", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
 			{Name: "offset", Type: arrow.PrimitiveTypes.Int64, Nullable: true},
+			{Name: "key", Type: cfg.Key.Type(), Nullable: true},
+			{Name: "value", Type: cfg.Value.Type(), Nullable: true},
 			{Name: "timestamp", Type: &arrow.TimestampType{Unit: arrow.Millisecond, TimeZone: "UTC"}, Nullable: true},
 			{Name: "header_keys", Type: arrow.ListOf(arrow.BinaryTypes.String), Nullable: true},
 			{Name: "header_values", Type: arrow.ListOf(arrow.BinaryTypes.Binary), Nullable: true},
@@ -206,10 +209,10 @@ func (d *noneDecoder) Add(r *kgo.Record) error {
 			return d.decodeErr(r, "header key %q is not valid UTF-8", h.Key)
 		}
 	}
-	appendOrNull(d.cfg.Key, d.b.Field(0), r.Key)
-	appendOrNull(d.cfg.Value, d.b.Field(1), r.Value)
-	d.b.Field(2).(*array.Int32Builder).Append(r.Partition)
-	d.b.Field(3).(*array.Int64Builder).Append(r.Offset)
+	d.b.Field(0).(*array.Int32Builder).Append(r.Partition)
+	d.b.Field(1).(*array.Int64Builder).Append(r.Offset)
+	appendOrNull(d.cfg.Key, d.b.Field(2), r.Key)
+	appendOrNull(d.cfg.Value, d.b.Field(3), r.Value)
 	d.b.Field(4).(*array.TimestampBuilder).Append(arrow.Timestamp(r.Timestamp.UnixMilli()))
 	d.hk.Append(true)
 	d.hv.Append(true)

@@ -16,7 +16,7 @@
 // Envelopes (NewDecoder):
 //
 //   - none: append-only; every record is one row inserted at its offset
-//     (key, value, partition, offset, timestamp, header_keys,
+//     (partition, offset, key, value, timestamp, header_keys,
 //     header_values);
 //   - upsert: one row (key, value) per key; a record retracts the key's
 //     current row and inserts its value at the record's offset, and a null

@@ -37,7 +37,7 @@ func (c *kafkaCollect) Data(topic string, rec arrow.Record) error {
 	defer c.mu.Unlock()
 	cols, times, diffs, parts := pipe.SplitData(rec)
 	for i := 0; i < int(rec.NumRows()); i++ {
-		c.rows = append(c.rows, fmt.Sprintf("%s/%s:%d %s %+d", topic, parts.Value(i), times.Value(i), cols[1].ValueStr(i), diffs.Value(i)))
+		c.rows = append(c.rows, fmt.Sprintf("%s/%s:%d %s %+d", topic, parts.Value(i), times.Value(i), cols[rec.Schema().FieldIndices("value")[0]].ValueStr(i), diffs.Value(i)))
 	}
 	return nil
 }
