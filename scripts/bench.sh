@@ -194,3 +194,88 @@ echo "| \`rtrctl replicate --start-lsn L --stop-at L2 > /dev/null\` | $t_rep | $
 echo "| \`rtrctl ingest\` until the store holds everything below L2 | $t_ing | $(per_s "$t_ing") | $(xratio "$t_ing" "$t_recv") | $((rss_ing / 1024)) MiB |"
 echo
 echo "(Peak RSS: \`/usr/bin/time -f %M\` for replicate, VmHWM of the running process for ingest. Ingest times run from the process start to the first \`rtrctl status\` poll (every 0.2 s) that shows the collection complete below the stop LSN. Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg).)"
+
+# ---------------------------------------------------------------------------
+# Open-loop load tests (`rtrctl bench`): a producer at a fixed rate, ingest
+# as its own process, lag sampled every 100 ms (docs/benchmarks.md, "Load
+# tests"). Kafka runs against an in-process broker in the bench process;
+# PostgreSQL against the throwaway server started above. About 6 minutes.
+# ---------------------------------------------------------------------------
+jfield() { sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p"; }
+# bench_row NAME JSON: a table row of a bench summary.
+bench_row() {
+	local j="$2"
+	printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s MiB | %s |\n' "$1" \
+		"$(jfield sent <<< "$j")" "$(jfield ingested <<< "$j")" "$(jfield rate <<< "$j" | awk '{ printf "%.0f", $1 }')" \
+		"$(jfield lag_p50_seconds <<< "$j" | awk '{ printf "%.3f", $1 }')" "$(jfield lag_p99_seconds <<< "$j" | awk '{ printf "%.3f", $1 }')" \
+		"$(jfield max_lag_records <<< "$j")" "$(jfield drain_seconds <<< "$j" | awk '{ printf "%.2f", $1 }')" \
+		"$(jfield peak_rss_bytes <<< "$j" | awk '{ printf "%.0f", $1 / 1048576 }')" "$(jfield cpu_seconds <<< "$j" | awk '{ printf "%.1f", $1 }')"
+}
+bench_head() {
+	echo '| run | sent | ingested | rate/s | lag p50 (s) | lag p99 (s) | max lag (records) | drain (s) | ingest peak RSS | ingest CPU (s) |'
+	echo '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |'
+}
+blog="$out/bench.log"
+: > "$blog"
+echo "## Load test: Kafka, 100,000 records/s for 30 s (100k keys, 100-byte values, 4 partitions)"
+echo
+echo "(load average now: $(cut -d' ' -f1-3 /proc/loadavg))"
+echo
+bench_head
+for env in none upsert; do
+	j=$("$RTRCTL" bench kafka --records-per-second 100000 --num-seconds 30 --envelope "$env" --output json \
+		--plot "$out/kafka-$env-100k.png" 2>> "$blog")
+	echo "$j" > "$out/kafka-$env-100k.json"
+	bench_row "envelope $env" "$j"
+done
+echo
+echo "## Highest Kafka rate with lag p99 < 1 s (15 s per rate; stops at the first rate that misses; a rate also misses when the producer itself fell 0.5 s behind)"
+echo
+echo '| envelope | rate tried | lag p99 (s) | producer behind (s) | verdict |'
+echo '| --- | --- | --- | --- | --- |'
+for env in none upsert; do
+	best=0
+	for r in 100000 200000 250000 300000 350000 400000 500000; do
+		if j=$("$RTRCTL" bench kafka --records-per-second "$r" --num-seconds 15 --envelope "$env" --output json 2>> "$blog"); then
+			p99=$(jfield lag_p99_seconds <<< "$j"); behind=$(jfield producer_max_behind_seconds <<< "$j" | awk '{ printf "%.2f", $1 }')
+		else
+			p99=fail; behind=-
+		fi
+		echo "$j" > "$out/kafka-$env-search-$r.json"
+		if [ "$p99" != fail ] && awk -v p="$p99" -v b="$behind" 'BEGIN { exit !(p < 1 && b < 0.5) }'; then
+			verdict=ok; best=$r
+		else
+			verdict=missed
+		fi
+		printf '| %s | %s | %s | %s | %s |\n' "$env" "$r" "$(awk -v p="$p99" 'BEGIN { if (p == "fail") print p; else printf "%.3f", p }')" "$behind" "$verdict"
+		[ "$verdict" = ok ] || break
+	done
+	echo "| **$env** | **highest with p99 < 1 s: $best/s** | | | |"
+done
+echo
+echo "## Kafka restarts: SIGKILL every 10 s, 100,000 records/s upsert for 30 s"
+echo
+j=$("$RTRCTL" bench kafka --records-per-second 100000 --num-seconds 30 --envelope upsert --restart-every 10s --output json \
+	--plot "$out/kafka-restarts.png" 2>> "$blog")
+echo "$j" > "$out/kafka-restarts.json"
+bench_head
+bench_row "upsert, restart every 10 s" "$j"
+echo
+echo '| restart at (s) | durable at kill | resumed from (records) | first progress (s) | caught up (s) |'
+echo '| --- | --- | --- | --- | --- |'
+sed 's/.*"restarts":\[//; s/\].*//; s/},{/}\n{/g' <<< "$j" | while read -r r; do
+	printf '| %s | %s | %s | %s | %s |\n' "$(jfield at_seconds <<< "$r" | awk '{ printf "%.1f", $1 }')" "$(jfield durable_at_kill <<< "$r")" \
+		"$(jfield resume_records <<< "$r")" "$(jfield first_progress_seconds <<< "$r" | awk '{ printf "%.3f", $1 }')" \
+		"$(jfield catch_up_seconds <<< "$r" | awk '{ printf "%.3f", $1 }')"
+done
+echo
+echo "## Load test: PostgreSQL, 500 transactions/s for 20 s (10 rows each, half updates)"
+echo
+psql "$RTR_TEST_PG_DSN" -Xq -c "CREATE DATABASE bench_load"
+j=$("$RTRCTL" bench pg --rate 500 --num-seconds 20 --dsn "$(printf '%s' "$RTR_TEST_PG_DSN" | sed 's#/[^/?]*?#/bench_load?#')" --output json 2>> "$blog")
+echo "$j" > "$out/pg-load.json"
+echo '| run | sent (txns) | ingested | rate/s | lag p50 (s) | lag p99 (s) | max lag (txns) | drain (s) | ingest peak RSS | ingest CPU (s) |'
+echo '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |'
+bench_row "500 txn/s" "$j"
+echo
+echo "(max lag in WAL bytes: $(jfield max_lag_wal_bytes <<< "$j"); load average at the end: $(cut -d' ' -f1-3 /proc/loadavg).)"

@@ -181,6 +181,7 @@ Exit statuses:
 			snapshotCommand(),
 			replicateCommand(),
 			waitRecentCommand(),
+			benchCommand(),
 		},
 	}
 	for _, cmd := range app.Commands {
