@@ -270,9 +270,9 @@ func TestKafkaIngestKcat(t *testing.T) {
 	}
 	got := readAt(t, st, "kc", at, "timestamp")
 	sameLines(t, "kcat records", got, []string{
-		"key=k1 value=v1 partition=0 offset=0 header_keys=[h1,h2] header_values=[v1,x=y]",
-		"key=k2 value=value two partition=0 offset=1 header_keys=[h1,h2] header_values=[v1,x=y]",
-		"key=k3 value=héllo partition=1 offset=0 header_keys=[only] header_values=[1]",
+		"partition=0 offset=0 key=k1 value=v1 header_keys=[h1,h2] header_values=[v1,x=y]",
+		"partition=0 offset=1 key=k2 value=value two header_keys=[h1,h2] header_values=[v1,x=y]",
+		"partition=1 offset=0 key=k3 value=héllo header_keys=[only] header_values=[1]",
 	})
 	// Timestamps are kcat's produce times.
 	sh, _ := st.Shard(context.Background(), "kc")
@@ -369,7 +369,7 @@ func TestKafkaIngestFormats(t *testing.T) {
 	startIngest(t, KafkaConfig{Brokers: k.Brokers, Topics: []string{"fj", "fj2"}, KeyFormat: "json", ValueFormat: "json", Store: st})
 	at2, _ := waitCaughtUp(t, st, k.Brokers, "", "fj2", 20*time.Second)
 	sameLines(t, "fj2", readAt(t, st, "fj2", at2, "partition", "timestamp", "header_keys", "header_values"),
-		[]string{"key=7 value=[1,2] offset=0", "key=null value=null offset=1"})
+		[]string{"offset=0 key=7 value=[1,2]", "offset=1 key=null value=null"})
 	// fj: the first record is readable before the error's time; from the
 	// error on, reads fail with it.
 	waitCaughtUp(t, st, k.Brokers, "", "fj", 20*time.Second)
@@ -390,12 +390,12 @@ func TestKafkaIngestFormats(t *testing.T) {
 		t.Fatalf("read fj after the error: %v, want a definite error", err)
 	}
 	sameLines(t, "fj before its error", readAt(t, st, "fj", info.Errors[0].Time-1, "partition", "timestamp", "header_keys", "header_values"),
-		[]string{`key="k" value={"a":1} offset=0`})
+		[]string{`offset=0 key="k" value={"a":1}`})
 	// The other topic goes on after the error.
 	produce(t, cl, r("fj2", `8`, []byte(`{"later":true}`)))
 	at2, _ = waitCaughtUp(t, st, k.Brokers, "", "fj2", 20*time.Second)
 	sameLines(t, "fj2 after fj's error", readAt(t, st, "fj2", at2, "partition", "timestamp", "header_keys", "header_values"),
-		[]string{"key=7 value=[1,2] offset=0", "key=null value=null offset=1", `key=8 value={"later":true} offset=2`})
+		[]string{"offset=0 key=7 value=[1,2]", "offset=1 key=null value=null", `offset=2 key=8 value={"later":true}`})
 
 	st2 := openStore(t)
 	startIngest(t, KafkaConfig{Brokers: k.Brokers, Topics: []string{"ft"}, KeyFormat: "text", ValueFormat: "text", Store: st2})

@@ -127,8 +127,8 @@ func TestNoneEnvelope(t *testing.T) {
 	defer r.Release()
 	got := rows(t, r)
 	want := []string{
-		`k1 {"x":1} 0 5 2023-11-14 22:13:20.005Z ["h1","h2"] ["djE=",null] @0:5 +1`,
-		`null null 2 0 2023-11-14 22:13:20Z [] [] @2:0 +1`,
+		`0 5 k1 {"x":1} 2023-11-14 22:13:20.005Z ["h1","h2"] ["djE=",null] @0:5 +1`,
+		`2 0 null null 2023-11-14 22:13:20Z [] [] @2:0 +1`,
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -138,6 +138,11 @@ func (e *transientError) Unwrap() error { return e.err }
 // its loss to start the reconnect backoff afresh.
 const healthySession = 30 * time.Second
 
+// slotInUseGraceAtStart is how long StreamPG waits for a slot held by
+// another walsender before the first session: a previous reader that just
+// exited may still hold it for a moment.
+const slotInUseGraceAtStart = 5 * time.Second
+
 func (s *pgStreamer) run(ctx context.Context) error {
 	started := false
 	backoff := 100 * time.Millisecond
@@ -157,15 +162,22 @@ func (s *pgStreamer) run(ctx context.Context) error {
 			return ctx.Err()
 		}
 		var te *transientError
-		if !started || !(errors.As(err, &te) || errors.Is(err, errSlotInUse)) {
+		inUse := errors.Is(err, errSlotInUse)
+		if !inUse && (!started || !errors.As(err, &te)) {
 			return err
 		}
-		// A slot still held by our own terminated walsender shows as in
-		// use for a moment; give it a while before calling it definite.
-		if errors.Is(err, errSlotInUse) {
+		// A slot still held by a walsender that is going away (ours, after
+		// a reconnect; the previous reader's, right after it exited) shows
+		// as in use for a moment; give it a while before calling it
+		// definite: 30 s once streaming, 5 s at start.
+		if inUse {
+			grace := 30 * time.Second
+			if !started {
+				grace = slotInUseGraceAtStart
+			}
 			if inUseSince.IsZero() {
 				inUseSince = time.Now()
-			} else if time.Since(inUseSince) > 30*time.Second {
+			} else if time.Since(inUseSince) > grace {
 				return err
 			}
 		} else {
