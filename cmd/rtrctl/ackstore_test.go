@@ -40,12 +40,18 @@ func TestReplicateAckStore(t *testing.T) {
 		t.Fatalf("replicate without --ack-store moved the slot from %s to %s", start, got)
 	}
 
-	// With --ack-store, while the writer runs: the slot advances, and after
-	// the run it is not beyond what the store holds durably.
-	time.Sleep(500 * time.Millisecond)
+	// With --ack-store, while the writer runs: replicate for 4 s (store
+	// append commits a group every second, so the store's durable frontier
+	// moves several times), then SIGINT. The slot advances, and is not
+	// beyond what the store holds durably.
+	script := `timeout -s INT 4 "$RTR" replicate --source pg --publication rtr --slot "$SLOT" --status-interval 50ms --ack-store "$STORE" | "$RTR" reclock --store "$STORE" | "$RTR" store append "$STORE"`
+	cmd := exec.Command("bash", "-c", script)
+	cmd.Env = append(os.Environ(), "RTR="+bin, "RTR_PG_DSN="+db.dsn, "STORE="+dir, "SLOT="+slot)
+	out, err := cmd.CombinedOutput()
 	writer.halt(t)
-	stop = frontierJSONOf(t, "--source", "pg", "--dsn", db.dsn).Native
-	pipeline(`"$RTR" replicate --source pg --publication rtr --slot "$SLOT" --status-interval 50ms --ack-store "$STORE" --stop-at ` + stop + ` | "$RTR" reclock --store "$STORE" | "$RTR" store append "$STORE"`)
+	if err != nil { // the pipeline's status is store append's: it must end cleanly
+		t.Fatalf("%s: %v\n%s", script, err, out)
+	}
 	st, err := store.Open(ctxT(t), dir, store.Options{MustExist: true})
 	if err != nil {
 		t.Fatal(err)
