@@ -33,10 +33,13 @@ fails at once.
 The replication slot (--slot, default rtr_<source-id>) is acknowledged only
 up to what every collection has durably committed.
 
+MySQL/MariaDB (--source mysql --tables db.t1,db.t2): snapshot, then the
+binlog; source id mysql. docs/mysql.md.
+
 Kafka (--source kafka): every topic of --topics becomes the collection of the
 same name and its own source, <source-id>.<topic> (source-id default kafka),
 read with isolation level read_committed from where the store ends.
---envelope none appends every record (key, value, partition, offset,
+--envelope none appends every record (partition, offset, key, value,
 timestamp, header_keys, header_values); --envelope upsert keeps one row per
 key (a null value deletes it). --key-format/--value-format: bytes, text or
 json. A record that does not decode is a definite error of its collection
@@ -53,8 +56,8 @@ Examples:
 			&cli.StringFlag{Name: "source-id", Usage: "the source's id in the store (default: the --source kind, e.g. pg); kafka: the prefix of the ids <prefix>.<topic>"},
 			&cli.StringFlag{Name: "publication", Usage: "pg: the publication (required for pg)"},
 			&cli.StringFlag{Name: "slot", Usage: "pg: the permanent logical replication slot (default rtr_<source-id>)"},
-			&cli.StringFlag{Name: "tables", Usage: "pg: comma-separated tables (default: every table of the publication)"},
-			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "pg: snapshot connections"},
+			&cli.StringFlag{Name: "tables", Usage: "pg: comma-separated tables (default: every table of the publication); mysql: db.table,... (required)"},
+			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "pg, mysql: snapshot connections"},
 			&cli.StringFlag{Name: "topics", Usage: "kafka: comma-separated topics (required for kafka)"},
 			&cli.StringFlag{Name: "envelope", Value: "none", Usage: "kafka: none (append-only) or upsert (one row per key)"},
 			&cli.StringFlag{Name: "key-format", Value: "bytes", Usage: "kafka: bytes, text or json"},
@@ -84,11 +87,11 @@ Examples:
 			if err != nil {
 				return err
 			}
-			if cfg.Source != "pg" && cfg.Source != "kafka" {
-				return usagef("use --source pg or --source kafka (MySQL ingest is not built yet)", "ingest --source %s is not supported yet", cfg.Source)
-			}
 			if c.String("store") == "" {
 				return usagef("pass --store DIR", "no --store given")
+			}
+			if cfg.Source == "mysql" {
+				return ingestMySQLAction(c, cfg.DSN)
 			}
 			if cfg.Source == "kafka" {
 				compactEvery := c.Duration("compact-every")

@@ -52,6 +52,11 @@ follows the store's durable frontier of the source (--source-id, default
 pg): the frontier of the last binding below the least upper of the
 source's collections, as 'rtrctl store append' commits them.
 
+MySQL/MariaDB (--source mysql): row events of the binlog at their GTID
+(partition: MariaDB domain / MySQL server UUID), from --start-gtid (default:
+the server's current position); --stop-at takes 'rtrctl frontier --source
+mysql' output or a MariaDB position. docs/mysql.md.
+
 Kafka (--source kafka --topic T): records of T (read_committed) at time
 (partition, offset) in the "kafka" domain, source id kafka.T, progress per
 partition after every fetch (it steps over transaction markers); --stop-at
@@ -75,6 +80,8 @@ Examples:
 			&cli.StringFlag{Name: "stop-at", Usage: "an upper, e.g. from 'rtrctl frontier': exit 0 once every transaction committed below this LSN has been written"},
 			&cli.DurationFlag{Name: "status-interval", Value: time.Second, Usage: "how often to ask the server for a keepalive (progress while idle)"},
 			&cli.StringFlag{Name: "ack-store", Usage: "pg: advance the slot only up to what this store holds durably for the source (default: never advance it)"},
+			&cli.StringFlag{Name: "start-gtid", Usage: "mysql: start after this GTID position (MariaDB 0-1-42, MySQL uuid:1-42; default: the server's current position)"},
+			&cli.StringFlag{Name: "tables", Usage: "mysql: comma-separated db.table (default: every table in the binlog)"},
 			&cli.StringFlag{Name: "topic", Usage: "kafka: the topic (one per pipe; it is the collection)"},
 			&cli.StringFlag{Name: "start", Usage: "kafka: start offsets partition:offset,... e.g. 0:15,1:7 (default: every partition's log start)"},
 			&cli.StringFlag{Name: "envelope", Value: "none", Usage: "kafka: none (append-only) or upsert (one row per key; state kept in memory from --start on)"},
@@ -94,7 +101,7 @@ Examples:
 			case "kafka":
 				return replicateKafkaAction(c)
 			case "mysql", "mariadb":
-				return usagef("use --source pg or --source kafka", "replicate does not support --source %s yet", c.String("source"))
+				return replicateMySQLAction(c)
 			default:
 				return usagef("use --source pg or --source kafka", "unknown source %q", c.String("source"))
 			}

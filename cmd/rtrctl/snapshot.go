@@ -29,7 +29,7 @@ type snapshotOptions struct {
 func snapshotCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "snapshot",
-		Usage:     "write a definite snapshot of PostgreSQL tables to stdout (pipe format)",
+		Usage:     "write a definite snapshot of PostgreSQL or MySQL/MariaDB tables to stdout (pipe format)",
 		ArgsUsage: " ",
 		Description: `Writes every row of the tables at source time 0 (diff +1) in the pipe format
 (docs/format-pipe.md), then one progress stream per table with upper 1 ("time
@@ -46,13 +46,18 @@ while the snapshot runs.
 Progress goes to stderr: a progress bar on a terminal, otherwise a log line
 every --progress-interval; at the end a summary.
 
+MySQL/MariaDB (--source mysql --tables db.t1,db.t2): time 0 is the tables at
+the snapshot's GTID position, times in the "mariadb"/"mysql" domain, source
+id mysql; see docs/mysql.md.
+
 Examples:
+  rtrctl snapshot --source mysql --dsn 'app:pw@tcp(127.0.0.1:3306)/' --tables shop.orders,shop.lines --parallel 2
   rtrctl snapshot --source pg --dsn postgres://app@127.0.0.1/app --publication rtr --slot rtr_app > snap.arrow
   rtrctl snapshot --source pg --publication rtr --slot rtr_app --tables public.orders,items --parallel 4`,
 		Flags: append(sourceFlags(),
 			&cli.StringFlag{Name: "publication", Usage: "pgoutput publication holding the tables (required)"},
 			&cli.StringFlag{Name: "slot", Usage: "permanent logical replication slot; created if missing (required)"},
-			&cli.StringSliceFlag{Name: "tables", Usage: "tables to snapshot, comma-separated (default: every table of the publication)"},
+			&cli.StringSliceFlag{Name: "tables", Usage: "tables to snapshot, comma-separated (default: every table of the publication; mysql: db.table, required)"},
 			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "connections copying at once; large tables are split into ctid ranges"},
 			&cli.DurationFlag{Name: "progress-interval", Value: 5 * time.Second, Usage: "how often to log progress when stderr is not a terminal"},
 		),
@@ -64,8 +69,11 @@ Examples:
 			if err != nil {
 				return err
 			}
+			if src.Source == "mysql" {
+				return snapshotMySQLAction(c, src.DSN)
+			}
 			if src.Source != "pg" {
-				return usagef("use --source pg", "snapshot supports --source pg only, not %q", src.Source)
+				return usagef("use --source pg or --source mysql", "snapshot supports --source pg and mysql, not %q", src.Source)
 			}
 			opts := snapshotOptions{
 				cfg: snapshot.Config{

@@ -197,6 +197,9 @@ func LaunchMariaDB(ctx context.Context, dir string, opts MariaDBOptions) (m *Mar
 	}
 	common := append([]string{"--no-defaults", "--datadir=" + lay.data}, userArgs...)
 	common = append(common,
+		// The server's own temporary directory: a shared /tmp under load
+		// once made the bootstrap fail on its temporary-table files.
+		"--tmpdir="+lay.dir,
 		"--innodb-log-file-size=16M",
 		"--innodb-buffer-pool-size=32M",
 	)

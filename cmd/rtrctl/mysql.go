@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/rtrctl/rtrctl/internal/dsn"
+	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/ingest"
+	"github.com/rtrctl/rtrctl/pkg/pipe"
+	"github.com/rtrctl/rtrctl/pkg/replicate"
+	"github.com/rtrctl/rtrctl/pkg/snapshot"
+	"github.com/rtrctl/rtrctl/pkg/store"
+)
+
+// splitList splits a comma-separated flag (also given several times).
+func splitList(vals ...string) []string {
+	var out []string
+	for _, v := range vals {
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// parseStopAt reads --stop-at for mysql: a frontier text (what 'rtrctl
+// frontier --source mysql' prints: "0:43" for MariaDB, "uuid:1-42" for
+// MySQL) or a native MariaDB position ("0-1-42").
+func parseStopAt(s string) (frontier.Frontier, error) {
+	if strings.Contains(s, "-") && !strings.Contains(s, ":") {
+		p, err := frontier.ParseMariaDBPos(s)
+		if err != nil {
+			return frontier.Frontier{}, err
+		}
+		return p.Upper(), nil
+	}
+	if f, err := frontier.Parse(frontier.DomainMariaDB, s); err == nil {
+		return f, nil
+	}
+	return frontier.Parse(frontier.DomainMySQL, s)
+}
+
+// snapshotMySQLAction runs 'rtrctl snapshot --source mysql'.
+func snapshotMySQLAction(c *cli.Context, dsnStr string) error {
+	cfg := snapshot.MySQLConfig{DSN: dsnStr, Tables: splitList(c.StringSlice("tables")...), Parallel: c.Int("parallel"), Source: "mysql"}
+	if len(cfg.Tables) == 0 {
+		return usagef("pass --tables db.t1,db.t2", "no --tables given")
+	}
+	if cfg.Parallel < 1 {
+		return usagef("pass --parallel 1 or more", "bad --parallel %d", cfg.Parallel)
+	}
+	return runSnapshotMySQL(c.Context, c.App.Writer, c.App.ErrWriter, cfg, c.Duration("progress-interval"))
+}
+
+func runSnapshotMySQL(ctx context.Context, w, e io.Writer, cfg snapshot.MySQLConfig, every time.Duration) error {
+	pw := pipe.NewWriter(w, nil)
+	rep := newProgressReporter(e, every)
+	cfg.OnProgress = rep.report
+	began := time.Now()
+	// The domain (mysql or mariadb) is known once connected: the sink
+	// takes it from each record's metadata.
+	sink := &snapshot.MySQLPipeSink{W: pw, Source: cfg.Source}
+	res, err := snapshot.MySQL(ctx, cfg, sink)
+	rep.finish()
+	if err != nil {
+		return err
+	}
+	if err := pw.Close(); err != nil {
+		return err
+	}
+	where := "mysql"
+	if d, err := dsn.ParseMySQL(cfg.DSN); err == nil {
+		where = d.String()
+	}
+	lock := ""
+	if res.Locked {
+		lock = " (under FLUSH TABLES WITH READ LOCK)"
+	}
+	fmt.Fprintf(e, "snapshot of %s: time 0 at %s, snapshot at %s%s\n", where, res.StartPos, res.SnapshotPos, lock)
+	for _, t := range res.Tables {
+		fmt.Fprintf(e, "  %s: %d rows copied", t.Name, t.Rows)
+		if t.Ranges > 1 {
+			fmt.Fprintf(e, " in %d key ranges", t.Ranges)
+		}
+		fmt.Fprintf(e, ", %d changes rewound\n", t.Rewound)
+	}
+	fmt.Fprintf(e, "snapshot: %d tables, %d rows, %d changes rewound, in %s\n",
+		len(res.Tables), res.Rows(), res.Rewound(), time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// replicateMySQLAction runs 'rtrctl replicate --source mysql'.
+func replicateMySQLAction(c *cli.Context) error {
+	src, err := sourceConfig(c, nil)
+	if err != nil {
+		return err
+	}
+	cfg := replicate.MySQLConfig{DSN: src.DSN, Tables: splitList(c.String("tables")), Start: c.String("start-gtid"), Source: "mysql"}
+	if c.String("source-id") != "" {
+		cfg.Source = c.String("source-id")
+	}
+	if s := c.String("stop-at"); s != "" {
+		f, err := parseStopAt(s)
+		if err != nil {
+			return usagef("write --stop-at as 'rtrctl frontier --source mysql' prints it (0:43, or uuid:1-42) or as a MariaDB position (0-1-42)", "bad --stop-at %q", s)
+		}
+		cfg.StopAt = f
+	}
+	return runReplicateMySQL(c.Context, c.App.Writer, cfg)
+}
+
+func runReplicateMySQL(ctx context.Context, w io.Writer, cfg replicate.MySQLConfig) error {
+	pw := pipe.NewWriter(w, nil)
+	sink := replicate.MySQLPipeSink(pw, cfg.Source, "")
+	err := replicate.StreamMySQL(ctx, cfg, sink)
+	if cerr := pw.Close(); err == nil {
+		err = cerr
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// ingestMySQLAction runs 'rtrctl ingest --source mysql'.
+func ingestMySQLAction(c *cli.Context, dsnStr string) error {
+	tables := splitList(c.String("tables"))
+	if len(tables) == 0 {
+		return usagef("pass --tables db.t1,db.t2", "no --tables given")
+	}
+	st, err := store.Open(c.Context, c.String("store"), store.Options{Retain: c.Duration("retain")})
+	if err != nil {
+		return err
+	}
+	compactEvery := c.Duration("compact-every")
+	if compactEvery == 0 {
+		compactEvery = -1
+	}
+	source := c.String("source-id")
+	if source == "" {
+		source = "mysql"
+	}
+	return ingest.RunMySQL(c.Context, ingest.MySQLConfig{
+		DSN: dsnStr, Tables: tables, Parallel: c.Int("parallel"), Store: st, Source: source,
+		Interval: c.Duration("interval"), CompactEvery: compactEvery, AfterCommit: faultAfterCommit(),
+	})
+}

@@ -1,0 +1,278 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/go-mysql-org/go-mysql/client"
+
+	"github.com/rtrctl/rtrctl/internal/testenv"
+	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/replicate"
+	"github.com/rtrctl/rtrctl/pkg/store"
+)
+
+type myIngest struct {
+	st     *store.Store
+	cancel context.CancelFunc
+	done   chan error
+
+	mu       sync.Mutex
+	sessions []uint32
+}
+
+func startMyIngest(t *testing.T, m *testenv.MariaDB, tables []string) *myIngest {
+	t.Helper()
+	st, err := store.Open(t.Context(), t.TempDir(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &myIngest{st: st, cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		r.done <- RunMySQL(ctx, MySQLConfig{DSN: m.URL(), Tables: tables, Store: st, Interval: 20 * time.Millisecond, CompactEvery: -1,
+			OnSession: func(id uint32) {
+				r.mu.Lock()
+				r.sessions = append(r.sessions, id)
+				r.mu.Unlock()
+			}})
+	}()
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+func (r *myIngest) stop(t *testing.T) {
+	t.Helper()
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	r.cancel = nil
+	if err := <-r.done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("ingest: %v", err)
+	}
+}
+
+func (r *myIngest) lastSession() (uint32, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.sessions) == 0 {
+		return 0, 0
+	}
+	return r.sessions[len(r.sessions)-1], len(r.sessions)
+}
+
+func myQuery(t *testing.T, c *client.Conn, qs ...string) {
+	t.Helper()
+	for _, q := range qs {
+		if _, err := c.Execute(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+func myUpstream(t *testing.T, c *client.Conn) frontier.Frontier {
+	t.Helper()
+	r, err := c.Execute("SELECT @@global.gtid_binlog_pos")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := r.GetString(0, 0)
+	_, f, err := replicate.ParsePosition(true, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// caughtUp waits for a binding covering up with every collection durable
+// past it, and returns its time.
+func (r *myIngest) caughtUp(t *testing.T, up frontier.Frontier, colls []string) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		bs, _, err := r.st.Bindings(t.Context(), "mysql")
+		if err == nil {
+			k := sort.Search(len(bs), func(i int) bool { return bs[i].Frontier.Covers(up) })
+			if k < len(bs) {
+				ok := true
+				for _, c := range colls {
+					sh, err := r.st.Shard(t.Context(), c)
+					if err != nil || sh.Refresh(t.Context()) != nil || sh.Upper() <= bs[k].Time {
+						ok = false
+					}
+				}
+				if ok {
+					return bs[k].Time
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("ingest did not catch up with %s", up)
+	return 0
+}
+
+func (r *myIngest) rowsAt(t *testing.T, coll string, at uint64) []string {
+	t.Helper()
+	sh, err := r.st.Shard(t.Context(), coll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := sh.ReadAsOf(t.Context(), at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	var out []string
+	for i := 0; i < int(rec.NumRows()); i++ {
+		var vals []string
+		for j := 0; j < int(rec.NumCols())-1; j++ {
+			vals = append(vals, rec.Column(j).ValueStr(i))
+		}
+		for range rec.Column(int(rec.NumCols()) - 1).(*array.Int64).Value(i) {
+			out = append(out, strings.Join(vals, "|"))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func selectRows(t *testing.T, c *client.Conn, q string) []string {
+	t.Helper()
+	r, err := c.Execute(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for i := range r.RowNumber() {
+		var vals []string
+		for j := range r.ColumnNumber() {
+			v, _ := r.GetString(i, j)
+			vals = append(vals, v)
+		}
+		out = append(out, strings.Join(vals, "|"))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestMySQLIngestConnectionLost kills the ingest's replication connection
+// while transactions stream: it reconnects from the last complete
+// transaction and the store ends equal to the table, nothing lost or
+// doubled.
+func TestMySQLIngestConnectionLost(t *testing.T) {
+	m := testenv.SharedMariaDB(t)
+	db := m.CreateDatabase(t)
+	c, err := m.Connect(t.Context(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	killer, err := m.Connect(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer killer.Close()
+	myQuery(t, c, "CREATE TABLE t (id int PRIMARY KEY, v int)", "INSERT INTO t VALUES (0, 0)")
+	coll := db + ".t"
+	r := startMyIngest(t, m, []string{coll})
+	r.caughtUp(t, myUpstream(t, c), []string{coll})
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if _, n := r.lastSession(); n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no replication session")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	id := 0
+	for round := range 4 {
+		for range 30 {
+			id++
+			myQuery(t, c, "BEGIN", fmt.Sprintf("INSERT INTO t VALUES (%d, %d)", id, round), fmt.Sprintf("UPDATE t SET v = v + 1 WHERE id = %d", id/2), "COMMIT")
+		}
+		sid, n := r.lastSession()
+		if _, err := killer.Execute(fmt.Sprintf("KILL %d", sid)); err != nil {
+			t.Fatalf("kill %d: %v", sid, err)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for _, n2 := r.lastSession(); n2 <= n; _, n2 = r.lastSession() {
+			if time.Now().After(deadline) {
+				t.Fatal("no reconnect")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	at := r.caughtUp(t, myUpstream(t, c), []string{coll})
+	got, want := r.rowsAt(t, coll, at), selectRows(t, c, "SELECT id, v FROM t")
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("store differs from the table: %d rows vs %d", len(got), len(want))
+	}
+	_, n := r.lastSession()
+	t.Logf("%d rows equal after %d sessions", len(got), n)
+}
+
+// TestMySQLIngestAltered: an ALTER TABLE ADD COLUMN gives the altered
+// collection an error record in the store; the other collection goes on.
+func TestMySQLIngestAltered(t *testing.T) {
+	m := testenv.SharedMariaDB(t)
+	db := m.CreateDatabase(t)
+	c, err := m.Connect(t.Context(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	myQuery(t, c, "CREATE TABLE a (id int PRIMARY KEY)", "CREATE TABLE b (id int PRIMARY KEY)", "INSERT INTO a VALUES (1)", "INSERT INTO b VALUES (1)")
+	colls := []string{db + ".a", db + ".b"}
+	r := startMyIngest(t, m, colls)
+	r.caughtUp(t, myUpstream(t, c), colls)
+	myQuery(t, c, "ALTER TABLE a ADD COLUMN w int", "INSERT INTO a VALUES (2, 2)", "INSERT INTO b VALUES (2)")
+	up := myUpstream(t, c)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		sh, err := r.st.Shard(t.Context(), colls[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := sh.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(info.Errors) > 0 {
+			if !strings.Contains(info.Errors[0].Message, "altered") {
+				t.Fatalf("error record: %v", info.Errors)
+			}
+			t.Logf("error record of %s: %s", colls[0], info.Errors[0].Message)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no error record")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// b still follows the source.
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		bs, _, _ := r.st.Bindings(t.Context(), "mysql")
+		sh, _ := r.st.Shard(t.Context(), colls[1])
+		if n := len(bs); n > 0 && bs[n-1].Frontier.Covers(up) && sh.Refresh(t.Context()) == nil && sh.Upper() > bs[n-1].Time {
+			if got := r.rowsAt(t, colls[1], bs[n-1].Time); strings.Join(got, ",") != "1,2" {
+				t.Fatalf("b: %v", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b did not follow")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

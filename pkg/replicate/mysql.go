@@ -1,0 +1,1063 @@
+package replicate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+	"github.com/google/uuid"
+
+	"github.com/rtrctl/rtrctl/internal/dsn"
+	"github.com/rtrctl/rtrctl/internal/hint"
+	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
+	"github.com/rtrctl/rtrctl/pkg/myarrow"
+	"github.com/rtrctl/rtrctl/pkg/pipe"
+)
+
+// MySQLSink receives a MySQL/MariaDB change stream. StreamMySQL calls it
+// from one goroutine. Times are partitioned: a MariaDB GTID domain id or a
+// MySQL server UUID (the _partition column), with the GTID's sequence or
+// transaction number as _time.
+type MySQLSink interface {
+	// Relation gives a collection's schema before its first change.
+	Relation(t *myarrow.Table) error
+	// Change hands over a data record: the table's columns, _time, _diff,
+	// _partition. rec is released after Change returns.
+	Change(collection string, rec arrow.Record) error
+	// Progress says every update at a time upper is beyond has been handed
+	// over (to every collection).
+	Progress(upper frontier.Frontier) error
+	// Error reports a definite error of one collection from time at on;
+	// the collection gets no more changes, the others go on.
+	Error(collection string, at frontier.Time, msg string) error
+}
+
+// MySQLConfig configures StreamMySQL.
+type MySQLConfig struct {
+	// DSN: user:pass@tcp(host:port)/db or mysql://user:pass@host:port/db.
+	DSN string
+	// Tables to stream (db.table). Empty means every table in the binlog
+	// outside the system schemas, described when first seen.
+	Tables []string
+	// Known schemas (by collection) to check the binlog against, e.g. the
+	// ones a snapshot read; the others are read from information_schema
+	// at start (or when first seen).
+	Known map[string]*myarrow.Table
+	// Start is the position to start after, in the server's notation: a
+	// MariaDB GTID position ("0-1-42") or a MySQL GTID set ("uuid:1-42").
+	// When empty, StartFrontier is used; when that is unset too, the
+	// server's current position.
+	Start string
+	// StartFrontier is where to start as an upper (what the store's
+	// bindings record): everything below it is skipped.
+	StartFrontier frontier.Frontier
+	// StopAt, when set, ends the stream (nil error) once progress covers
+	// it: every transaction below it has been emitted.
+	StopAt frontier.Frontier
+	// Source is rtr.source on the records (default "mysql").
+	Source string
+	// ServerID identifies this replica to the server; 0 picks a random one.
+	ServerID uint32
+	// HeartbeatPeriod asks the server for a heartbeat after this much
+	// silence (default 1s); heartbeats move progress on an idle server.
+	HeartbeatPeriod time.Duration
+	// Nudge, when a value arrives, makes the stream check the server's
+	// GTID position at once (real-time recency waiters use it).
+	Nudge <-chan struct{}
+	// FlushRows bounds the rows held before records go to the sink
+	// (default 8192); a transaction is never held whole.
+	FlushRows int
+	// MaxBackoff caps the wait between reconnects (default 10s).
+	MaxBackoff time.Duration
+	// OnSession, if set, is called with the replication connection's id
+	// each time one starts (tests use it to kill it).
+	OnSession func(connID uint32)
+	// Mem and Logger; nil means the defaults.
+	Mem    memory.Allocator
+	Logger *slog.Logger
+}
+
+// Errors of StreamMySQL that callers can test for.
+var (
+	// ErrBinlogSettings: the server's binary log cannot be replicated.
+	ErrBinlogSettings = errors.New("binary log settings do not allow row replication")
+	// ErrPurged: the binlog holding the start position is gone.
+	ErrPurged = errors.New("binlog needed to resume has been purged")
+)
+
+// CheckBinlogSettings checks the server variables rtrctl needs: log_bin,
+// binlog_format=ROW, binlog_row_image=FULL and, on MySQL, gtid_mode=ON.
+// vars holds the lowercase variable names. It is pure, for tests.
+func CheckBinlogSettings(mariadb bool, vars map[string]string) error {
+	mycnf := "[mysqld]\nlog_bin = mysql-bin\nserver_id = 1\nbinlog_format = ROW\nbinlog_row_image = FULL"
+	if !mariadb {
+		mycnf += "\ngtid_mode = ON\nenforce_gtid_consistency = ON"
+	}
+	if v := vars["log_bin"]; v != "1" && !strings.EqualFold(v, "ON") {
+		return hint.Wrap(fmt.Errorf("%w: the binary log is off (log_bin=%s)", ErrBinlogSettings, v),
+			"log_bin cannot be set at run time: add to my.cnf\n"+mycnf+"\nand restart the server")
+	}
+	if v := vars["binlog_format"]; !strings.EqualFold(v, "ROW") {
+		return hint.Wrap(fmt.Errorf("%w: binlog_format is %s, rtrctl needs ROW", ErrBinlogSettings, v),
+			"run: SET GLOBAL binlog_format = 'ROW'; (sessions started before keep the old format: reconnect them) and set binlog_format = ROW in my.cnf")
+	}
+	if v := vars["binlog_row_image"]; !strings.EqualFold(v, "FULL") {
+		return hint.Wrap(fmt.Errorf("%w: binlog_row_image is %s, rtrctl needs FULL (updates and deletes must carry the whole old row)", ErrBinlogSettings, v),
+			"run: SET GLOBAL binlog_row_image = 'FULL'; (sessions started before keep the old setting: reconnect them) and set binlog_row_image = FULL in my.cnf")
+	}
+	if !mariadb {
+		if v := vars["gtid_mode"]; !strings.EqualFold(v, "ON") {
+			return hint.Wrap(fmt.Errorf("%w: gtid_mode is %s, rtrctl needs GTIDs (gtid_mode=ON)", ErrBinlogSettings, v),
+				"run: SET GLOBAL enforce_gtid_consistency = ON; then SET GLOBAL gtid_mode = OFF_PERMISSIVE; SET GLOBAL gtid_mode = ON_PERMISSIVE; (wait for anonymous transactions to end) SET GLOBAL gtid_mode = ON; and set gtid_mode = ON, enforce_gtid_consistency = ON in my.cnf")
+		}
+	}
+	return nil
+}
+
+// readBinlogSettings reads the variables CheckBinlogSettings needs.
+func readBinlogSettings(ctx context.Context, conn *client.Conn, mariadb bool) (map[string]string, error) {
+	q := "SELECT @@global.log_bin, @@global.binlog_format, @@global.binlog_row_image"
+	if !mariadb {
+		q += ", @@global.gtid_mode"
+	}
+	r, err := probe.Execute(ctx, conn, q)
+	if err != nil {
+		return nil, fmt.Errorf("read binlog settings: %w", err)
+	}
+	vars := map[string]string{}
+	for i, k := range []string{"log_bin", "binlog_format", "binlog_row_image", "gtid_mode"} {
+		if i < r.ColumnNumber() {
+			vars[k], _ = r.GetString(0, i)
+		}
+	}
+	return vars, nil
+}
+
+// Server is what StreamMySQL (and the MySQL snapshot) know about a server.
+type Server struct {
+	Conn    *client.Conn
+	DSN     dsn.MySQL
+	MariaDB bool
+	UUID    string // MySQL @@server_uuid, lowercase
+}
+
+// Domain is the time domain of the server's GTIDs.
+func (s *Server) Domain() frontier.Domain {
+	if s.MariaDB {
+		return frontier.DomainMariaDB
+	}
+	return frontier.DomainMySQL
+}
+
+// ConnectMySQL connects, detects the flavor and checks the binlog settings.
+func ConnectMySQL(ctx context.Context, dsnStr string) (*Server, error) {
+	d, err := dsn.ParseMySQL(dsnStr)
+	if err != nil {
+		return nil, hint.Wrap(err, "use user:pass@tcp(host:3306)/db or mysql://user:pass@host:3306/db")
+	}
+	conn, err := probe.ConnectMySQL(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Conn: conn, DSN: d}
+	if s.MariaDB, err = probe.IsMariaDB(ctx, conn); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	vars, err := readBinlogSettings(ctx, conn, s.MariaDB)
+	if err == nil {
+		err = CheckBinlogSettings(s.MariaDB, vars)
+	}
+	if err == nil && !s.MariaDB {
+		var r *mysql.Result
+		if r, err = probe.Execute(ctx, conn, "SELECT @@server_uuid"); err == nil {
+			u, _ := r.GetString(0, 0)
+			s.UUID = strings.ToLower(u)
+		}
+	}
+	if err == nil {
+		_, err = probe.Execute(ctx, conn, "SET time_zone = '+00:00'")
+	}
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Position reads the server's current GTID position: MariaDB
+// @@gtid_binlog_pos, MySQL @@gtid_executed.
+func (s *Server) Position(ctx context.Context) (string, frontier.Frontier, error) {
+	q := "SELECT @@global.gtid_executed"
+	if s.MariaDB {
+		q = "SELECT @@global.gtid_binlog_pos"
+	}
+	r, err := probe.Execute(ctx, s.Conn, q)
+	if err != nil {
+		return "", frontier.Frontier{}, fmt.Errorf("read gtid position: %w", err)
+	}
+	v, _ := r.GetString(0, 0)
+	return ParsePosition(s.MariaDB, v)
+}
+
+// ParsePosition reads a native position and returns it canonically with
+// its frontier (MariaDB: seq+1 per domain; MySQL: the GTID set's prefix per
+// server, i.e. the first transaction not yet applied).
+func ParsePosition(mariadb bool, v string) (string, frontier.Frontier, error) {
+	if mariadb {
+		p, err := frontier.ParseMariaDBPos(v)
+		if err != nil {
+			return "", frontier.Frontier{}, err
+		}
+		return p.String(), p.Upper(), nil
+	}
+	set, err := frontier.ParseGTIDSet(v)
+	if err != nil {
+		return "", frontier.Frontier{}, err
+	}
+	return set.String(), set.Prefix(), nil
+}
+
+// PositionOf turns an upper back into a native start position. MariaDB
+// GTIDs carry the server id of the transaction, which a frontier lacks: it
+// is looked up in @@gtid_binlog_state (the last GTID of every
+// domain-server pair), taking the server whose last sequence number is the
+// smallest one at or beyond the position's (with one writer per domain,
+// the usual case, that is exact). A domain at 1 (nothing complete) is left
+// out, so the server sends it from its first transaction in the binlog.
+func (s *Server) PositionOf(ctx context.Context, f frontier.Frontier) (string, error) {
+	if !s.MariaDB {
+		return frontier.GTIDSetOf(f).String(), nil
+	}
+	r, err := probe.Execute(ctx, s.Conn, "SELECT @@global.gtid_binlog_state")
+	if err != nil {
+		return "", fmt.Errorf("read gtid_binlog_state: %w", err)
+	}
+	st, _ := r.GetString(0, 0)
+	return MariaDBStartPos(f, st)
+}
+
+// MariaDBStartPos is PositionOf for MariaDB given @@gtid_binlog_state.
+func MariaDBStartPos(f frontier.Frontier, binlogState string) (string, error) {
+	type last struct {
+		server uint32
+		seq    uint64
+	}
+	lasts := map[uint32][]last{}
+	for _, item := range strings.Split(binlogState, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		p := strings.Split(item, "-")
+		if len(p) != 3 {
+			return "", fmt.Errorf("read gtid_binlog_state: %q is not domain-server-seq", item)
+		}
+		d, e1 := strconv.ParseUint(p[0], 10, 32)
+		sv, e2 := strconv.ParseUint(p[1], 10, 32)
+		sq, e3 := strconv.ParseUint(p[2], 10, 64)
+		if e1 != nil || e2 != nil || e3 != nil {
+			return "", fmt.Errorf("read gtid_binlog_state: %q is not domain-server-seq", item)
+		}
+		lasts[uint32(d)] = append(lasts[uint32(d)], last{uint32(sv), sq})
+	}
+	var out []string
+	for _, p := range f.Partitions() {
+		next := f.Get(p)
+		if next <= 1 {
+			continue
+		}
+		d, err := strconv.ParseUint(p, 10, 32)
+		if err != nil {
+			return "", fmt.Errorf("mariadb start position: bad domain %q", p)
+		}
+		seq := next - 1
+		var best *last
+		for i, l := range lasts[uint32(d)] {
+			if l.seq >= seq && (best == nil || l.seq < best.seq) {
+				best = &lasts[uint32(d)][i]
+			}
+		}
+		if best == nil {
+			var top uint64
+			for _, l := range lasts[uint32(d)] {
+				top = max(top, l.seq)
+			}
+			return "", hint.Wrap(fmt.Errorf("mariadb start position: domain %d is at %d on the server, below %d where rtrctl resumes: %w", d, top, seq, ErrPurged),
+				"the server's binlog was reset or is behind the store (another server?): re-snapshot into a new store")
+		}
+		out = append(out, fmt.Sprintf("%d-%d-%d", d, best.server, seq))
+	}
+	return strings.Join(out, ","), nil
+}
+
+// StreamMySQL streams row changes from the binary log of a MySQL or
+// MariaDB server to sink (docs/mysql.md). Every change of a transaction is
+// at its GTID; progress follows each commit, and on an idle server the
+// server's GTID position once the stream has read the binlog up to where
+// that position ended (heartbeats and nudges). It returns nil once StopAt
+// is covered, ctx's error when ctx ends, else a definite error. A lost
+// connection is retried from the last complete transaction.
+func StreamMySQL(ctx context.Context, cfg MySQLConfig, sink MySQLSink) error {
+	if cfg.Source == "" {
+		cfg.Source = "mysql"
+	}
+	if cfg.HeartbeatPeriod <= 0 {
+		cfg.HeartbeatPeriod = time.Second
+	}
+	if cfg.FlushRows <= 0 {
+		cfg.FlushRows = 8192
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 10 * time.Second
+	}
+	if cfg.Mem == nil {
+		cfg.Mem = memory.DefaultAllocator
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ServerID == 0 {
+		cfg.ServerID = 1<<30 + rand.Uint32N(1<<30)
+	}
+	srv, err := ConnectMySQL(ctx, cfg.DSN)
+	if err != nil {
+		return fmt.Errorf("replicate mysql: %w", err)
+	}
+	defer srv.Conn.Close()
+	s := &myStreamer{cfg: cfg, srv: srv, sink: sink, domain: srv.Domain(),
+		tables: map[string]*myTable{}, all: len(cfg.Tables) == 0}
+	defer s.release()
+	for _, name := range cfg.Tables {
+		db, tb, err := myarrow.ParseName(name)
+		if err != nil {
+			return hint.Wrap(fmt.Errorf("replicate mysql: %w", err), "name tables as db.table")
+		}
+		t := cfg.Known[db+"."+tb]
+		if t == nil {
+			if t, err = myarrow.LoadTable(ctx, srv.Conn, db, tb); err != nil {
+				return fmt.Errorf("replicate mysql: %w", err)
+			}
+		}
+		s.tables[t.QualifiedName()] = &myTable{t: t}
+	}
+	if d := cfg.StopAt.Domain(); d != "" && d != s.domain {
+		return hint.Wrap(fmt.Errorf("replicate mysql: the stop position is in domain %s, the server's GTIDs in %s", d, s.domain),
+			"take the stop position from 'rtrctl frontier --source mysql' against this server")
+	}
+	// Where to start.
+	startText := cfg.Start
+	if startText == "" && cfg.StartFrontier.Domain() != "" {
+		if cfg.StartFrontier.Domain() != s.domain {
+			return fmt.Errorf("replicate mysql: start frontier is in domain %s, the server's GTIDs in %s", cfg.StartFrontier.Domain(), s.domain)
+		}
+		if startText, err = srv.PositionOf(ctx, cfg.StartFrontier); err != nil {
+			return fmt.Errorf("replicate mysql: %w", err)
+		}
+	} else if startText == "" {
+		if startText, _, err = srv.Position(ctx); err != nil {
+			return fmt.Errorf("replicate mysql: %w", err)
+		}
+	}
+	_, startF, err := ParsePosition(srv.MariaDB, startText)
+	if err != nil {
+		return hint.Wrap(fmt.Errorf("replicate mysql: start position: %w", err), "MariaDB positions look like 0-1-42, MySQL GTID sets like uuid:1-42")
+	}
+	if s.resume, err = parseGoGTID(srv.MariaDB, startText); err != nil {
+		return fmt.Errorf("replicate mysql: start position: %w", err)
+	}
+	s.progress = startF
+	if cfg.StartFrontier.Domain() == s.domain {
+		if j, err := frontier.Join(s.progress, cfg.StartFrontier); err == nil {
+			s.progress = j
+		}
+	}
+	for _, mt := range s.tables {
+		if err := sink.Relation(mt.t); err != nil {
+			return err
+		}
+	}
+	if err := sink.Progress(s.progress); err != nil {
+		return err
+	}
+	if s.stopped() {
+		return nil
+	}
+	return s.run(ctx)
+}
+
+// parseGoGTID reads a native position into go-mysql's GTID set.
+func parseGoGTID(mariadb bool, s string) (mysql.GTIDSet, error) {
+	if mariadb {
+		return mysql.ParseMariadbGTIDSet(s)
+	}
+	return mysql.ParseMysqlGTIDSet(s)
+}
+
+type myTable struct {
+	t       *myarrow.Table
+	rb      *myarrow.RowBuilder
+	failed  bool // a definite error stopped it
+	checked *replication.TableMapEvent
+}
+
+// myStreamer is one StreamMySQL call.
+type myStreamer struct {
+	cfg    MySQLConfig
+	srv    *Server
+	sink   MySQLSink
+	domain frontier.Domain
+	tables map[string]*myTable
+	all    bool
+
+	progress frontier.Frontier
+	resume   mysql.GTIDSet // the start set plus every committed transaction
+
+	// position in the binlog of the last event received
+	file string
+	pos  uint32
+	// idle: a GTID position read from the server and the binlog end that
+	// followed it; once the stream reaches that end, progress may join it.
+	idle *idleMark
+
+	// the open transaction
+	inTxn      bool
+	standalone bool
+	sawBegin   bool
+	txn        frontier.Time
+	txnGTID    string
+	touched    []*myTable
+	handed     int // updates of the open transaction handed to the sink
+	skip       int // updates to drop after a reconnect (handed before it)
+	skipGTID   string
+	emittedTxn int // updates of the open transaction produced so far
+}
+
+type idleMark struct {
+	f    frontier.Frontier
+	file string
+	pos  uint32
+}
+
+// myEvent is a binlog event copied out of the syncer goroutine.
+type myEvent struct {
+	ev   *replication.BinlogEvent
+	gtid mysql.MariadbGTID // copied: go-mysql mutates its GTID events later
+}
+
+func (s *myStreamer) stopped() bool {
+	return s.cfg.StopAt.Domain() != "" && s.progress.Covers(s.cfg.StopAt)
+}
+
+func (s *myStreamer) release() {
+	for _, mt := range s.tables {
+		if mt.rb != nil {
+			mt.rb.Release()
+			mt.rb = nil
+		}
+	}
+}
+
+// errStopAt ends a session when StopAt is reached.
+var errStopAt = errors.New("stop position reached")
+
+func (s *myStreamer) run(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		began := time.Now()
+		started, err := s.session(ctx)
+		if errors.Is(err, errStopAt) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var se *sinkError
+		if errors.As(err, &se) {
+			return se.err
+		}
+		var my *mysql.MyError
+		if errors.As(err, &my) && my.Code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG {
+			return s.fatal(my)
+		}
+		if errors.Is(err, ErrBinlogSettings) || errors.Is(err, ErrPurged) || hint.Of(err) != "" {
+			return err
+		}
+		if !started && errors.As(err, &my) {
+			return fmt.Errorf("replicate mysql %s: %w", s.srv.DSN, err)
+		}
+		if time.Since(began) > healthySession {
+			backoff = 100 * time.Millisecond
+		}
+		s.interrupted()
+		s.cfg.Logger.Warn("replicate mysql: connection lost; reconnecting", "from", s.resume.String(), "in", backoff, "error", dsn.Scrub(err.Error(), s.srv.DSN.Password))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, s.cfg.MaxBackoff)
+		// The control connection may have died with the server.
+		if _, err := probe.Execute(ctx, s.srv.Conn, "SELECT 1"); err != nil {
+			if c, err := probe.ConnectMySQL(ctx, s.srv.DSN); err == nil {
+				s.srv.Conn.Close()
+				s.srv.Conn = c
+				_, _ = probe.Execute(ctx, c, "SET time_zone = '+00:00'")
+			}
+		}
+	}
+}
+
+// fatal explains error 1236 (the server cannot send the binlog asked for).
+func (s *myStreamer) fatal(my *mysql.MyError) error {
+	msg := my.Message
+	low := strings.ToLower(msg)
+	if strings.Contains(low, "purged") || strings.Contains(low, "could not find gtid state") || strings.Contains(low, "missing the gtid") {
+		return hint.Wrap(fmt.Errorf("replicate mysql %s: %w: resuming after %s: %s", s.srv.DSN, ErrPurged, s.resume.String(), msg),
+			"the changes since the store's last durable position are gone from the server: ingest into a new store (a fresh snapshot), and keep binlogs longer (binlog_expire_logs_seconds / expire_logs_days) than an ingest may be down")
+	}
+	return fmt.Errorf("replicate mysql %s: the server cannot send the binlog from %s: %s", s.srv.DSN, s.resume.String(), msg)
+}
+
+// interrupted forgets the open transaction; its handed updates are
+// skipped when the server sends it again.
+func (s *myStreamer) interrupted() {
+	if s.inTxn && s.handed > 0 {
+		s.skip, s.skipGTID = s.handed, s.txnGTID
+	}
+	s.inTxn, s.handed, s.emittedTxn, s.touched = false, 0, 0, nil
+	s.idle = nil
+	for _, mt := range s.tables {
+		if mt.rb != nil {
+			mt.rb.Release()
+			mt.rb = nil
+		}
+		mt.checked = nil
+	}
+}
+
+// session runs one replication connection until an error.
+func (s *myStreamer) session(ctx context.Context) (started bool, err error) {
+	events := make(chan myEvent, 256)
+	done := make(chan struct{})
+	flavor := mysql.MySQLFlavor
+	if s.srv.MariaDB {
+		flavor = mysql.MariaDBFlavor
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
+		ServerID: s.cfg.ServerID, Flavor: flavor,
+		Host: s.srv.DSN.Host, Port: uint16(s.srv.DSN.Port), User: s.srv.DSN.User, Password: s.srv.DSN.Password,
+		HeartbeatPeriod: s.cfg.HeartbeatPeriod, DisableRetrySync: true, TimestampStringLocation: time.UTC,
+		Logger: quiet, DiscardGTIDSet: true,
+		SynchronousEventHandler: handlerFunc(func(e *replication.BinlogEvent) error {
+			me := myEvent{ev: e}
+			if g, ok := e.Event.(*replication.MariadbGTIDEvent); ok {
+				me.gtid = g.GTID
+			}
+			select {
+			case events <- me:
+				return nil
+			case <-done:
+				return errors.New("stream closed")
+			}
+		}),
+	})
+	// Release a handler blocked on a full channel before Close waits for
+	// the syncer's goroutine.
+	defer func() {
+		close(done)
+		syncer.Close()
+	}()
+	start, err := parseGoGTID(s.srv.MariaDB, s.resume.String())
+	if err != nil {
+		return false, err
+	}
+	streamer, err := syncer.StartSyncGTID(start)
+	if err != nil {
+		return false, fmt.Errorf("start binlog stream: %w", err)
+	}
+	if s.cfg.OnSession != nil {
+		s.cfg.OnSession(syncer.LastConnectionID())
+	}
+	streamErr := make(chan error, 1)
+	go func() {
+		_, err := streamer.GetEvent(ctx) // only errors arrive here
+		streamErr <- err
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return started, ctx.Err()
+		case err := <-streamErr:
+			if err == nil {
+				err = errors.New("binlog stream ended")
+			}
+			// Events sent before the error are still queued.
+			for {
+				select {
+				case me := <-events:
+					if perr := s.handle(ctx, me); perr != nil {
+						return started, perr
+					}
+					continue
+				default:
+				}
+				break
+			}
+			return started, err
+		case me := <-events:
+			started = true
+			if err := s.handle(ctx, me); err != nil {
+				return started, err
+			}
+		case <-s.cfg.Nudge:
+			if err := s.checkIdle(ctx); err != nil {
+				return started, err
+			}
+		}
+	}
+}
+
+type handlerFunc func(e *replication.BinlogEvent) error
+
+func (f handlerFunc) HandleEvent(e *replication.BinlogEvent) error { return f(e) }
+
+var ddlRE = regexp.MustCompile("(?is)^\\s*(?:/\\*.*?\\*/\\s*)*(TRUNCATE|DROP|RENAME)\\s+(?:TABLE\\s+)?(?:IF\\s+EXISTS\\s+)?(.*)$")
+
+// handle processes one event.
+func (s *myStreamer) handle(ctx context.Context, me myEvent) error {
+	e := me.ev
+	h := e.Header
+	if h.LogPos > 0 && h.Flags&replication.LOG_EVENT_ARTIFICIAL_F == 0 {
+		s.pos = h.LogPos
+	}
+	switch ev := e.Event.(type) {
+	case *replication.RotateEvent:
+		s.file, s.pos = string(ev.NextLogName), uint32(ev.Position)
+	case *replication.GenericEvent:
+		if h.EventType == replication.HEARTBEAT_EVENT || h.EventType == replication.HEARTBEAT_LOG_EVENT_V2 {
+			if len(ev.Data) > 0 && h.EventType == replication.HEARTBEAT_EVENT {
+				s.file = string(ev.Data)
+			}
+			if h.LogPos > 0 {
+				s.pos = h.LogPos
+			}
+			if s.idle == nil {
+				if err := s.checkIdle(ctx); err != nil {
+					return err
+				}
+			}
+		}
+	case *replication.MariadbGTIDEvent:
+		g := me.gtid
+		s.begin(frontier.Time{Partition: strconv.FormatUint(uint64(g.DomainID), 10), Pos: g.SequenceNumber}, g.String())
+		s.standalone = ev.IsStandalone()
+	case *replication.GTIDEvent:
+		u, err := uuid.FromBytes(ev.SID)
+		if err != nil {
+			return fmt.Errorf("read gtid event: %w", err)
+		}
+		id := strings.ToLower(u.String())
+		s.begin(frontier.Time{Partition: id, Pos: uint64(ev.GNO)}, fmt.Sprintf("%s:%d", id, ev.GNO))
+	case *replication.QueryEvent:
+		q := strings.TrimSpace(string(ev.Query))
+		switch {
+		case strings.EqualFold(q, "BEGIN"):
+			s.sawBegin = true
+		case strings.EqualFold(q, "COMMIT"):
+			if err := s.commit(); err != nil {
+				return err
+			}
+		default:
+			if err := s.ddl(string(ev.Schema), q); err != nil {
+				return err
+			}
+			if s.inTxn && (s.standalone || (!s.srv.MariaDB && !s.sawBegin)) {
+				if err := s.commit(); err != nil {
+					return err
+				}
+			}
+		}
+	case *replication.XIDEvent:
+		if err := s.commit(); err != nil {
+			return err
+		}
+	case *replication.TableMapEvent:
+		if err := s.tableMap(ctx, ev); err != nil {
+			return err
+		}
+	case *replication.RowsEvent:
+		if err := s.rows(h.EventType, ev); err != nil {
+			return err
+		}
+	}
+	if s.idle != nil && !s.inTxn {
+		return s.reachIdle()
+	}
+	return nil
+}
+
+func (s *myStreamer) begin(t frontier.Time, gtid string) {
+	s.inTxn, s.standalone, s.sawBegin = true, false, false
+	s.txn, s.txnGTID = t, gtid
+	s.handed, s.emittedTxn, s.touched = 0, 0, nil
+	if s.skip > 0 && s.skipGTID != gtid {
+		s.skip = 0 // not the interrupted transaction: nothing to drop
+	}
+}
+
+// ddl turns TRUNCATE, DROP and RENAME of a streamed table into an error of
+// that collection: their effect is not in row events.
+func (s *myStreamer) ddl(schema, q string) error {
+	m := ddlRE.FindStringSubmatch(q)
+	if m == nil || !s.inTxn {
+		return nil
+	}
+	verb := strings.ToUpper(m[1])
+	for _, raw := range strings.Split(m[2], ",") {
+		name := strings.Fields(strings.TrimSpace(raw))
+		if len(name) == 0 {
+			continue
+		}
+		n := strings.ReplaceAll(name[0], "`", "")
+		n = strings.TrimSuffix(n, ";")
+		if !strings.Contains(n, ".") {
+			n = schema + "." + n
+		}
+		mt := s.tables[n]
+		if mt == nil || mt.failed {
+			continue
+		}
+		var msg string
+		switch verb {
+		case "TRUNCATE":
+			msg = fmt.Sprintf("%s was truncated at %s; the collection stops here: re-snapshot it", n, s.txnGTID)
+		case "DROP":
+			msg = fmt.Sprintf("%s was dropped at %s; the collection stops here", n, s.txnGTID)
+		default:
+			msg = fmt.Sprintf("%s was renamed at %s; the collection stops here: re-snapshot it under its new name", n, s.txnGTID)
+		}
+		if err := s.fail(mt, msg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *myStreamer) fail(mt *myTable, msg string) error {
+	mt.failed = true
+	if mt.rb != nil {
+		mt.rb.Release()
+		mt.rb = nil
+	}
+	return sinkErr(s.sink.Error(mt.t.QualifiedName(), s.txn, msg))
+}
+
+var systemSchemas = map[string]bool{"mysql": true, "information_schema": true, "performance_schema": true, "sys": true}
+
+// tableMap checks a TABLE_MAP against the schema the collection was first
+// read with.
+func (s *myStreamer) tableMap(ctx context.Context, ev *replication.TableMapEvent) error {
+	name := string(ev.Schema) + "." + string(ev.Table)
+	mt := s.tables[name]
+	if mt == nil {
+		if !s.all || systemSchemas[strings.ToLower(string(ev.Schema))] {
+			return nil
+		}
+		t := s.cfg.Known[name]
+		if t == nil {
+			var err error
+			t, err = myarrow.LoadTable(ctx, s.srv.Conn, string(ev.Schema), string(ev.Table))
+			if err != nil {
+				s.cfg.Logger.Warn("replicate mysql: cannot describe a table of the binlog; skipping it", "table", name, "error", err)
+				s.tables[name] = &myTable{t: &myarrow.Table{Schema: string(ev.Schema), Name: string(ev.Table)}, failed: true}
+				return nil
+			}
+		}
+		mt = &myTable{t: t}
+		s.tables[name] = mt
+		if err := s.sink.Relation(t); err != nil {
+			return sinkErr(err)
+		}
+	}
+	if mt.failed || mt.checked == ev {
+		return nil
+	}
+	var names []string
+	if len(ev.ColumnName) > 0 {
+		names = ev.ColumnNameString()
+	}
+	if diff := mt.t.CheckBinlogColumns(ev.ColumnType, ev.ColumnMeta, names); diff != "" {
+		return s.fail(mt, fmt.Sprintf("%s was altered at %s (%s); the collection stops here: re-snapshot it", name, s.txnGTID, diff))
+	}
+	mt.checked = ev
+	return nil
+}
+
+// rows converts a rows event into updates at the transaction's time.
+func (s *myStreamer) rows(et replication.EventType, ev *replication.RowsEvent) error {
+	if ev.Table == nil {
+		return nil
+	}
+	name := string(ev.Table.Schema) + "." + string(ev.Table.Table)
+	mt := s.tables[name]
+	if mt == nil || mt.failed || !s.inTxn {
+		return nil
+	}
+	for _, sk := range ev.SkippedColumns {
+		if len(sk) > 0 {
+			return s.fail(mt, fmt.Sprintf("a change of %s at %s does not carry every column (binlog_row_image is not FULL for the session that made it); the collection stops here: set binlog_row_image = FULL and re-snapshot it", name, s.txnGTID))
+		}
+	}
+	if mt.rb == nil {
+		mt.rb = myarrow.NewRowBuilder(s.cfg.Mem, mt.t, s.domain, s.cfg.Source)
+	}
+	var diffs []int64
+	switch ev.Type() {
+	case replication.EnumRowsEventTypeInsert:
+		diffs = []int64{1}
+	case replication.EnumRowsEventTypeDelete:
+		diffs = []int64{-1}
+	case replication.EnumRowsEventTypeUpdate:
+		diffs = []int64{-1, 1}
+	default:
+		return nil
+	}
+	touched := false
+	for _, t := range s.touched {
+		if t == mt {
+			touched = true
+		}
+	}
+	if !touched {
+		s.touched = append(s.touched, mt)
+	}
+	for i, row := range ev.Rows {
+		s.emittedTxn++
+		if s.skip > 0 && s.emittedTxn <= s.skip {
+			continue
+		}
+		d := diffs[i%len(diffs)]
+		if err := mt.rb.Append(row, s.txn.Pos, d, s.txn.Partition); err != nil {
+			return s.fail(mt, fmt.Sprintf("cannot convert a row of %s at %s: %v", name, s.txnGTID, err))
+		}
+		if mt.rb.Rows() >= s.cfg.FlushRows {
+			if err := s.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// flush hands every buffered record of the open transaction to the sink,
+// so that the handed updates are always the transaction's first ones.
+func (s *myStreamer) flush() error {
+	for _, mt := range s.touched {
+		if mt.rb == nil || mt.rb.Rows() == 0 {
+			continue
+		}
+		n := mt.rb.Rows()
+		rec := mt.rb.NewRecord()
+		err := s.sink.Change(mt.t.QualifiedName(), rec)
+		rec.Release()
+		if err != nil {
+			return sinkErr(err)
+		}
+		s.handed += n
+	}
+	if s.skip > 0 && s.emittedTxn > s.skip {
+		s.handed += s.skip
+		s.skip = 0
+	}
+	return nil
+}
+
+// commit ends the open transaction: its records, then progress.
+func (s *myStreamer) commit() error {
+	if !s.inTxn {
+		return nil
+	}
+	if err := s.flush(); err != nil {
+		return err
+	}
+	s.inTxn, s.skip, s.touched = false, 0, nil
+	next := s.txn.Pos + 1
+	if s.progress.Get(s.txn.Partition) < next {
+		s.progress = s.progress.With(s.txn.Partition, next)
+	}
+	if s.srv.MariaDB {
+		g, err := mysql.ParseMariadbGTID(s.txnGTID)
+		if err == nil {
+			err = s.resume.(*mysql.MariadbGTIDSet).AddSet(g)
+		}
+		if err != nil {
+			return fmt.Errorf("track gtid %s: %w", s.txnGTID, err)
+		}
+	} else if err := s.resume.Update(s.txnGTID); err != nil {
+		return fmt.Errorf("track gtid %s: %w", s.txnGTID, err)
+	}
+	if err := s.sink.Progress(s.progress); err != nil {
+		return sinkErr(err)
+	}
+	if s.stopped() {
+		return errStopAt
+	}
+	return nil
+}
+
+// checkIdle reads the server's GTID position G and then its binlog end P.
+// Every transaction in G lies before P; once the stream has read up to P,
+// all of them have been received, so progress may join G.
+func (s *myStreamer) checkIdle(ctx context.Context) error {
+	var g frontier.Frontier
+	if s.srv.MariaDB {
+		var err error
+		if _, g, err = s.srv.Position(ctx); err != nil {
+			return err
+		}
+	} else {
+		// Upper, not Prefix: the probe (and so recency) uses the upper.
+		r, err := probe.Execute(ctx, s.srv.Conn, "SELECT @@global.gtid_executed")
+		if err != nil {
+			return fmt.Errorf("read gtid position: %w", err)
+		}
+		v, _ := r.GetString(0, 0)
+		set, err := frontier.ParseGTIDSet(v)
+		if err != nil {
+			return err
+		}
+		g = set.Upper()
+	}
+	file, pos, err := s.binlogEnd(ctx)
+	if err != nil {
+		return err
+	}
+	s.idle = &idleMark{f: g, file: file, pos: pos}
+	if !s.inTxn {
+		return s.reachIdle()
+	}
+	return nil
+}
+
+func (s *myStreamer) binlogEnd(ctx context.Context) (string, uint32, error) {
+	r, err := probe.Execute(ctx, s.srv.Conn, "SHOW MASTER STATUS")
+	if err != nil {
+		// MySQL 8.4 renamed it.
+		var err2 error
+		if r, err2 = probe.Execute(ctx, s.srv.Conn, "SHOW BINARY LOG STATUS"); err2 != nil {
+			return "", 0, fmt.Errorf("read binlog position: %w", err)
+		}
+	}
+	if r.RowNumber() == 0 {
+		return "", 0, fmt.Errorf("read binlog position: %w: SHOW MASTER STATUS is empty", ErrBinlogSettings)
+	}
+	file, _ := r.GetString(0, 0)
+	pos, _ := r.GetUint(0, 1)
+	return file, uint32(pos), nil
+}
+
+// reachIdle joins the idle mark into progress once the stream is there.
+func (s *myStreamer) reachIdle() error {
+	m := s.idle
+	if s.file == "" || !PosAtLeast(s.file, s.pos, m.file, m.pos) {
+		return nil
+	}
+	s.idle = nil
+	j, err := frontier.Join(s.progress, m.f)
+	if err != nil {
+		return err
+	}
+	if j.Equal(s.progress) {
+		return nil
+	}
+	s.progress = j
+	if err := s.sink.Progress(s.progress); err != nil {
+		return sinkErr(err)
+	}
+	if s.stopped() {
+		return errStopAt
+	}
+	return nil
+}
+
+// PosAtLeast compares binlog coordinates: file names by their numeric
+// extension (mysql-bin.000012), then positions.
+func PosAtLeast(file string, pos uint32, wantFile string, wantPos uint32) bool {
+	a, b := binlogIndex(file), binlogIndex(wantFile)
+	if a != b {
+		return a > b
+	}
+	return pos >= wantPos
+}
+
+func binlogIndex(f string) uint64 {
+	i := strings.LastIndexByte(f, '.')
+	n, err := strconv.ParseUint(f[i+1:], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// MySQLPipeSink returns a MySQLSink writing the pipe format to w in
+// domain d (mysql or mariadb; empty: the domain of the first progress,
+// which StreamMySQL reports before anything else).
+func MySQLPipeSink(w *pipe.Writer, source string, d frontier.Domain) MySQLSink {
+	return &myPipeSink{w: w, source: source, domain: d}
+}
+
+type myPipeSink struct {
+	w      *pipe.Writer
+	source string
+	domain frontier.Domain
+}
+
+func (s *myPipeSink) Relation(*myarrow.Table) error { return nil }
+
+func (s *myPipeSink) Change(collection string, rec arrow.Record) error {
+	if s.domain == "" {
+		if v, ok := rec.Schema().Metadata().GetValue(pipe.KeyTime); ok {
+			s.domain = frontier.Domain(v)
+		}
+	}
+	h := pipe.Header{Kind: pipe.KindData, Collection: collection, Source: s.source, Domain: s.domain}
+	if err := s.w.WriteRecord(h, rec); err != nil {
+		return fmt.Errorf("write changes of %s: %w", collection, err)
+	}
+	return nil
+}
+
+func (s *myPipeSink) Progress(upper frontier.Frontier) error {
+	if s.domain == "" {
+		s.domain = upper.Domain()
+	}
+	if upper.IsEmpty() {
+		return nil
+	}
+	if err := s.w.WriteProgress("", s.source, upper); err != nil {
+		return fmt.Errorf("write progress %s: %w", upper, err)
+	}
+	return s.w.Flush()
+}
+
+func (s *myPipeSink) Error(collection string, at frontier.Time, msg string) error {
+	if err := s.w.WriteError(collection, s.domain, at.Pos, msg); err != nil {
+		return fmt.Errorf("write error of %s: %w", collection, err)
+	}
+	return nil
+}
