@@ -279,3 +279,17 @@ echo '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |'
 bench_row "500 txn/s" "$j"
 echo
 echo "(max lag in WAL bytes: $(jfield max_lag_wal_bytes <<< "$j"); load average at the end: $(cut -d' ' -f1-3 /proc/loadavg).)"
+echo
+echo "## MySQL/MariaDB: snapshot vs mariadb-dump, replication vs mariadb-binlog (200k rows, dedicated MariaDB)"
+echo
+go test ./pkg/snapshot -run '^$' -bench 'BenchmarkMySQL' -benchtime 3x > "$out/mysql.txt" 2>&1 || { cat "$out/mysql.txt" >&2; exit 1; }
+echo '| benchmark | ratio metrics (rtrctl time / baseline time) |'
+echo '| --- | --- |'
+grep '^BenchmarkMySQL' "$out/mysql.txt" | awk '{ line = "| " $1 " |"; for (i = 3; i < NF; i++) if ($(i+1) ~ /^x-/) line = line " " $i " " $(i+1); print line " |" }'
+echo
+echo "## Kafka ingest vs a raw franz-go consumer (200k 100-byte records, in-process kfake)"
+echo
+go test ./pkg/ingest -run '^$' -bench 'BenchmarkKafkaIngest' -benchtime 3x > "$out/kafka-ingest.txt" 2>&1 || { cat "$out/kafka-ingest.txt" >&2; exit 1; }
+echo '| benchmark | records/s | vs raw |'
+echo '| --- | --- | --- |'
+grep '^BenchmarkKafkaIngest' "$out/kafka-ingest.txt" | awk '{ r = "-"; n = "-"; for (i = 3; i < NF; i++) { if ($(i+1) == "records/s") n = $i; if ($(i+1) == "x-raw") r = $i } print "| " $1 " | " n " | " r " |" }'
