@@ -80,16 +80,17 @@ STORE=$work/store
 "$RTRCTL" --log-level warn ingest --source pg --dsn "$PG" --publication demo --store "$STORE" --interval 100ms &
 ingest_pid=$!
 echo "ingest running (pid $ingest_pid) into $STORE"
-wait_for() { # wait until rtrctl read shows the expected line count for a collection
-	for _ in $(seq 100); do
-		n=$("$RTRCTL" read "$STORE" "$1" --format csv 2>/dev/null | wc -l || true)
-		[ "$n" -ge "$2" ] && return 0
-		sleep 0.1
-	done
-	echo "timed out waiting for $1 to reach $2 lines" >&2; return 1
-}
-wait_for public.accounts 6
-"$RTRCTL" read "$STORE" public.accounts
+# Real-time recency: wait-recent prints a system time at which everything
+# committed upstream before the call is readable. (Right after ingest
+# starts, the store has no source yet: try again for a few seconds.)
+t=
+for _ in $(seq 50); do
+	t=$("$RTRCTL" wait-recent --store "$STORE" --timeout 30s --wait-for-ingest 2>/dev/null) && break
+	sleep 0.2
+done
+[ -n "$t" ] || { echo "ingest did not come up; see above" >&2; exit 1; }
+echo "wait-recent: everything visible upstream is readable as of $t"
+"$RTRCTL" read "$STORE" public.accounts --as-of "$t"
 
 step "a writer: transfers between accounts and an order with its lines, in transactions"
 psql -q -v ON_ERROR_STOP=1 "$PG" <<'SQL'
@@ -98,12 +99,13 @@ BEGIN; INSERT INTO orders (id, account, lines) VALUES (1, 3, 2);
        INSERT INTO order_lines VALUES (1, 1, 'apples', 3), (1, 2, 'pears', 5); COMMIT;
 BEGIN; UPDATE accounts SET balance = balance - 100 WHERE id = 3; UPDATE accounts SET balance = balance + 100 WHERE id = 5; COMMIT;
 SQL
-wait_for public.order_lines 3
+t=$("$RTRCTL" wait-recent --store "$STORE" --timeout 30s)
+echo "wait-recent: the writer's commits are readable as of $t"
 "$RTRCTL" status "$STORE" --dsn "$PG"
 echo
-"$RTRCTL" read "$STORE" public.accounts
+"$RTRCTL" read "$STORE" public.accounts --as-of "$t"
 echo
-"$RTRCTL" read "$STORE" public.order_lines
+"$RTRCTL" read "$STORE" public.order_lines --recent
 echo
 echo "every change as (row, time, diff) on the system timeline:"
 "$RTRCTL" read "$STORE" public.accounts --changes --format csv
