@@ -162,57 +162,22 @@ func RunKafka(ctx context.Context, cfg KafkaConfig) error {
 
 	streamCtx, stopStream := context.WithCancel(ctx)
 	defer stopStream()
-	var wg sync.WaitGroup
-	tickErr := make(chan error, 1)
-	wg.Add(1)
-	go func() { // mint bindings on time even when the topics are quiet
-		defer wg.Done()
-		iv := cfg.Interval
-		if iv <= 0 {
-			iv = reclock.DefaultInterval
-		}
-		t := time.NewTicker(iv / 2)
-		defer t.Stop()
-		for {
-			select {
-			case <-streamCtx.Done():
-				return
-			case <-t.C:
-				for _, r := range order {
-					r.mu.Lock()
-					err := r.rc.Tick(streamCtx, false)
-					r.mu.Unlock()
-					if err != nil && streamCtx.Err() == nil {
-						tickErr <- err
-						stopStream()
-						return
-					}
-				}
+	bg := startBackground(streamCtx, stopStream, cfg.Interval, cfg.CompactEvery, func(ctx context.Context) error {
+		for _, r := range order {
+			r.mu.Lock()
+			err := r.rc.Tick(ctx, false)
+			r.mu.Unlock()
+			if err != nil {
+				return err
 			}
 		}
-	}()
-	if cfg.CompactEvery > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t := time.NewTicker(cfg.CompactEvery)
-			defer t.Stop()
-			for {
-				select {
-				case <-streamCtx.Done():
-					return
-				case <-t.C:
-					if _, err := st.Compact(streamCtx); err != nil && streamCtx.Err() == nil {
-						log.Warn("compaction failed; will retry", "err", err)
-					}
-				}
-			}
-		}()
-	}
+		return nil
+	}, st, log)
+
 	if cfg.Group != "" {
-		wg.Add(1)
+		bg.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer bg.wg.Done()
 			commitGroup(streamCtx, cfg, order, log)
 		}()
 	}
@@ -222,11 +187,8 @@ func RunKafka(ctx context.Context, cfg KafkaConfig) error {
 		CheckInterval: cfg.CheckInterval, Logger: log, OnStart: cfg.OnStart,
 	}, &kafkaSink{ctx: streamCtx, runs: runs})
 	stopStream()
-	wg.Wait()
-	select {
-	case terr := <-tickErr:
+	if terr := bg.wait(); terr != nil {
 		return terr
-	default:
 	}
 	if ctx.Err() != nil {
 		// Interrupted: bind and commit what the topics completed.

@@ -211,51 +211,11 @@ func RunPG(ctx context.Context, cfg PGConfig) error {
 
 	streamCtx, stopStream := context.WithCancel(ctx)
 	defer stopStream()
-	var wg sync.WaitGroup
-	tickErr := make(chan error, 1)
-	wg.Add(1)
-	go func() { // mint bindings on time even when the stream is quiet
-		defer wg.Done()
-		iv := cfg.Interval
-		if iv <= 0 {
-			iv = reclock.DefaultInterval
-		}
-		t := time.NewTicker(iv / 2)
-		defer t.Stop()
-		for {
-			select {
-			case <-streamCtx.Done():
-				return
-			case <-t.C:
-				mu.Lock()
-				err := rc.Tick(streamCtx, false)
-				mu.Unlock()
-				if err != nil && streamCtx.Err() == nil {
-					tickErr <- err
-					stopStream()
-					return
-				}
-			}
-		}
-	}()
-	if cfg.CompactEvery > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t := time.NewTicker(cfg.CompactEvery)
-			defer t.Stop()
-			for {
-				select {
-				case <-streamCtx.Done():
-					return
-				case <-t.C:
-					if _, err := st.Compact(streamCtx); err != nil && streamCtx.Err() == nil {
-						log.Warn("compaction failed; will retry", "err", err)
-					}
-				}
-			}
-		}()
-	}
+	bg := startBackground(streamCtx, stopStream, cfg.Interval, cfg.CompactEvery, func(ctx context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return rc.Tick(ctx, false)
+	}, st, log)
 
 	sink := replSink{&reclockSink{ctx: streamCtx, rc: rc, mu: &mu, metrics: cfg.Metrics}}
 	err = replicate.StreamPG(streamCtx, replicate.PGConfig{
@@ -274,11 +234,8 @@ func RunPG(ctx context.Context, cfg PGConfig) error {
 		Logger: log,
 	}, sink)
 	stopStream()
-	wg.Wait()
-	select {
-	case terr := <-tickErr:
+	if terr := bg.wait(); terr != nil {
 		return terr
-	default:
 	}
 	if ctx.Err() != nil {
 		// Interrupted: bind and commit what the source completed.

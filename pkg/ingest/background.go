@@ -1,0 +1,80 @@
+package ingest
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/rtrctl/rtrctl/pkg/reclock"
+	"github.com/rtrctl/rtrctl/pkg/store"
+)
+
+// background runs what every ingest runs beside its change stream: a
+// ticker that mints bindings on time even while the source is quiet, and
+// periodic compaction. A tick error cancels the stream (stop) and is
+// returned by wait.
+type background struct {
+	wg   sync.WaitGroup
+	errc chan error
+}
+
+// startBackground starts the loops under ctx. tick mints a binding if one
+// is due (callers lock their reclocker in it); it runs every interval/2.
+// Compaction runs every compactEvery when that is positive.
+func startBackground(ctx context.Context, stop context.CancelFunc, interval, compactEvery time.Duration,
+	tick func(context.Context) error, st *store.Store, log *slog.Logger) *background {
+	b := &background{errc: make(chan error, 1)}
+	if interval <= 0 {
+		interval = reclock.DefaultInterval
+	}
+	b.every(ctx, interval/2, func() bool {
+		if err := tick(ctx); err != nil && ctx.Err() == nil {
+			b.errc <- err
+			stop()
+			return false
+		}
+		return true
+	})
+	if compactEvery > 0 {
+		b.every(ctx, compactEvery, func() bool {
+			if _, err := st.Compact(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("compaction failed; will retry", "err", err)
+			}
+			return true
+		})
+	}
+	return b
+}
+
+// every runs fn every d until ctx ends or fn returns false.
+func (b *background) every(ctx context.Context, d time.Duration, fn func() bool) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if !fn() {
+					return
+				}
+			}
+		}
+	}()
+}
+
+// wait waits for the loops (after their context ended) and returns the
+// tick error that stopped them, if any.
+func (b *background) wait() error {
+	b.wg.Wait()
+	select {
+	case err := <-b.errc:
+		return err
+	default:
+		return nil
+	}
+}
