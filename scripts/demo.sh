@@ -81,14 +81,9 @@ STORE=$work/store
 ingest_pid=$!
 echo "ingest running (pid $ingest_pid) into $STORE"
 # Real-time recency: wait-recent prints a system time at which everything
-# committed upstream before the call is readable. (Right after ingest
-# starts, the store has no source yet: try again for a few seconds.)
-t=
-for _ in $(seq 50); do
-	t=$("$RTRCTL" wait-recent --store "$STORE" --timeout 30s --wait-for-ingest 2>/dev/null) && break
-	sleep 0.2
-done
-[ -n "$t" ] || { echo "ingest did not come up; see above" >&2; exit 1; }
+# committed upstream before the call is readable.
+for _ in $(seq 100); do [ -f "$STORE/sources/pg.json" ] && break; sleep 0.1; done # ingest has started
+t=$("$RTRCTL" wait-recent --store "$STORE" --timeout 30s --wait-for-ingest)
 echo "wait-recent: everything visible upstream is readable as of $t"
 "$RTRCTL" read "$STORE" public.accounts --as-of "$t"
 

@@ -296,6 +296,13 @@ func ResolveSource(ctx context.Context, st *store.Store, source, collection stri
 	if err != nil {
 		return "", fmt.Errorf("wait-recent: %w", err)
 	}
+	if len(srcs) == 0 {
+		// An ingest that just started has recorded its source but bound
+		// nothing yet.
+		if srcs, err = st.RecordedSources(); err != nil {
+			return "", fmt.Errorf("wait-recent: %w", err)
+		}
+	}
 	switch len(srcs) {
 	case 1:
 		return srcs[0], nil

@@ -154,3 +154,26 @@ type SourceInfo struct {
 	// Socket is the daemon's local endpoint, when one listens.
 	Socket string `json:"socket,omitempty"`
 }
+
+// RecordedSources lists the sources an ingest recorded info for (in
+// DIR/sources), whether or not they have bindings yet.
+func (s *Store) RecordedSources() ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(s.dir, "sources"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list recorded sources: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || strings.HasPrefix(name, ".") {
+			continue
+		}
+		if src, err := unescapeName(name); err == nil {
+			out = append(out, src)
+		}
+	}
+	return out, nil
+}

@@ -95,3 +95,26 @@ func TestOpenConcurrentCreate(t *testing.T) {
 		t.Fatalf("Open of a non-empty non-store directory: %v, want ErrNoStore", err)
 	}
 }
+
+func TestRecordedSources(t *testing.T) {
+	st, err := Open(context.Background(), t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.RecordedSources(); err != nil || len(got) != 0 {
+		t.Fatalf("new store: %v, %v", got, err)
+	}
+	for _, src := range []string{"pg", "kafka.orders"} {
+		if err := st.WriteSourceInfo(SourceInfo{Source: src, Kind: "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := st.RecordedSources()
+	if err != nil || len(got) != 2 || got[0] != "kafka.orders" || got[1] != "pg" {
+		t.Fatalf("RecordedSources = %v, %v", got, err)
+	}
+	info, err := st.ReadSourceInfo("kafka.orders")
+	if err != nil || info.Kind != "x" {
+		t.Fatalf("ReadSourceInfo = %+v, %v", info, err)
+	}
+}
