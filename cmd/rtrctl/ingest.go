@@ -69,6 +69,7 @@ Examples:
 			&cli.DurationFlag{Name: "compact-every", Value: time.Minute, Usage: "how often to compact (0 disables)"},
 			&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics on this address (loopback), e.g. 127.0.0.1:9464"},
 			&cli.BoolFlag{Name: "metrics-remote", Usage: "allow --metrics-addr on a non-loopback address"},
+			&cli.StringFlag{Name: "recency-addr", Usage: "pg: also serve wait-recent over HTTP on this loopback address (GET /wait-recent?timeout_ms=N), e.g. 127.0.0.1:9465"},
 		),
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
@@ -114,6 +115,7 @@ Examples:
 				publication: c.String("publication"), slot: c.String("slot"), parallel: c.Int("parallel"),
 				interval: c.Duration("interval"), retain: c.Duration("retain"), compactEvery: c.Duration("compact-every"),
 				metricsAddr: c.String("metrics-addr"), metricsRemote: c.Bool("metrics-remote"),
+				recencyAddr: c.String("recency-addr"),
 			}
 			if opts.sourceID == "" {
 				opts.sourceID = cfg.Source
@@ -138,6 +140,7 @@ type ingestOptions struct {
 	interval, retain, compactEvery          time.Duration
 	metricsAddr                             string
 	metricsRemote                           bool
+	recencyAddr                             string
 }
 
 func runIngest(ctx context.Context, opts ingestOptions) error {
@@ -163,7 +166,7 @@ func runIngest(ctx context.Context, opts ingestOptions) error {
 	return ingest.RunPG(ctx, ingest.PGConfig{
 		DSN: opts.dsn, Publication: opts.publication, Slot: opts.slot, Tables: opts.tables, Parallel: opts.parallel,
 		Store: st, Source: opts.sourceID, Interval: opts.interval, CompactEvery: opts.compactEvery, Metrics: metrics,
-		AfterCommit: faultAfterCommit(),
+		RecencyAddr: opts.recencyAddr, AfterCommit: faultAfterCommit(),
 	})
 }
 

@@ -61,6 +61,9 @@ type PGConfig struct {
 	CompactEvery time.Duration
 	// Metrics, when set, is updated as the ingest runs.
 	Metrics *Metrics
+	// RecencyAddr, when set, also serves wait-recent over HTTP on this
+	// loopback address (besides the unix socket in the store).
+	RecencyAddr string
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 
@@ -165,6 +168,17 @@ func RunPG(ctx context.Context, cfg PGConfig) error {
 			log.Warn("recency server not started; wait-recent works without it", "error", err)
 		} else {
 			defer rsrv.Close()
+			if cfg.RecencyAddr != "" {
+				addr, err := rsrv.ListenHTTP(cfg.RecencyAddr, false)
+				if err != nil {
+					return fmt.Errorf("ingest %s: %w", cfg.Source, err)
+				}
+				info.HTTP = addr
+				if err := st.WriteSourceInfo(info); err != nil {
+					return err
+				}
+				log.Info("recency endpoint", "http", "http://"+addr+recency.HTTPPath)
+			}
 		}
 		if cfg.Metrics != nil {
 			go cfg.Metrics.probeLag(ctx, p, 2*time.Second)

@@ -215,6 +215,16 @@ func Wait(ctx context.Context, st *store.Store, opts Options) (Result, error) {
 		}
 		opts.Logger.Debug("wait-recent: no answer from the ingest's socket; waiting directly", "socket", info.Socket, "error", err)
 	}
+	if !opts.NoDaemon && infoErr == nil && info.HTTP != "" {
+		res, answered, err := askHTTP(ctx, info.HTTP, time.Until(deadline))
+		if answered {
+			if err == nil {
+				res.Source, res.Via = src, "daemon-http"
+			}
+			return res, err
+		}
+		opts.Logger.Debug("wait-recent: no answer from the ingest's HTTP endpoint; waiting directly", "http", info.HTTP, "error", err)
+	}
 	prober := opts.Prober
 	if prober == nil {
 		cfg, err := upstreamConfig(src, opts, info, infoErr)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -355,5 +356,35 @@ func TestNotRecentMessage(t *testing.T) {
 	var back NotRecentError
 	if err := json.Unmarshal(b, &back); err != nil || back.Error() != want {
 		t.Errorf("JSON round trip: %v\n%s", err, back.Error())
+	}
+}
+
+// TestServerHTTP answers over loopback HTTP with the socket's protocol.
+func TestServerHTTP(t *testing.T) {
+	s, _, _, _ := startFake(t, 0, "-")
+	if _, err := s.ListenHTTP("0.0.0.0:0", false); err == nil || !strings.Contains(err.Error(), "not a loopback address") {
+		t.Fatalf("a non-loopback address was accepted: %v", err)
+	}
+	addr, err := s.ListenHTTP("127.0.0.1:0", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, answered, err := askHTTP(context.Background(), addr, 5*time.Second)
+	if err != nil || !answered || res.Time == 0 || !res.Binding.Covers(res.Upstream) {
+		t.Fatalf("askHTTP: %+v %v %v", res, answered, err)
+	}
+	r, err := http.Get("http://" + addr + HTTPPath + "?timeout_ms=bogus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp Response
+	json.NewDecoder(r.Body).Decode(&resp)
+	r.Body.Close()
+	if !strings.Contains(resp.Error, "bad timeout_ms") {
+		t.Fatalf("bad timeout answered %+v", resp)
+	}
+	s.Close()
+	if _, answered, _ := askHTTP(context.Background(), addr, time.Second); answered {
+		t.Fatal("a closed server answered over HTTP")
 	}
 }

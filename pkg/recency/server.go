@@ -602,9 +602,14 @@ func askDaemon(ctx context.Context, socket string, timeout time.Duration) (Resul
 	if len(bytes.TrimSpace(line)) == 0 {
 		return Result{}, false, err
 	}
+	return fromResponse(line, socket)
+}
+
+// fromResponse turns a server's answer into Wait's results.
+func fromResponse(line []byte, where string) (Result, bool, error) {
 	var resp Response
 	if err := json.Unmarshal(line, &resp); err != nil {
-		return Result{}, true, fmt.Errorf("wait-recent: bad answer from the ingest's recency server at %s: %w", socket, err)
+		return Result{}, true, fmt.Errorf("wait-recent: bad answer from the ingest's recency server at %s: %w", where, err)
 	}
 	if resp.NotRecent != nil {
 		return Result{}, true, resp.NotRecent
@@ -616,7 +621,7 @@ func askDaemon(ctx context.Context, socket string, timeout time.Duration) (Resul
 		return Result{}, true, fmt.Errorf("wait-recent: the ingest's recency server: %s", resp.Error)
 	}
 	if resp.Upstream == nil || resp.Binding == nil || resp.Time == 0 {
-		return Result{}, true, fmt.Errorf("wait-recent: incomplete answer from the ingest's recency server at %s: %s", socket, truncate(string(line), 200))
+		return Result{}, true, fmt.Errorf("wait-recent: incomplete answer from the ingest's recency server at %s: %s", where, truncate(string(line), 200))
 	}
 	return Result{Time: resp.Time, Upstream: *resp.Upstream, Binding: *resp.Binding}, true, nil
 }

@@ -153,6 +153,9 @@ type SourceInfo struct {
 	Started     string   `json:"started"`
 	// Socket is the daemon's local endpoint, when one listens.
 	Socket string `json:"socket,omitempty"`
+	// HTTP is the daemon's loopback HTTP endpoint (host:port), when asked
+	// for one.
+	HTTP string `json:"http,omitempty"`
 }
 
 // RecordedSources lists the sources an ingest recorded info for (in
