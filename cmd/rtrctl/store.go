@@ -187,35 +187,9 @@ func runStoreInspect(ctx context.Context, w io.Writer, opts storeInspectOptions)
 		}
 		infos = append(infos, info)
 	} else {
-		names, err := st.Collections(ctx)
-		if err != nil {
+		var err error
+		if infos, err = allShardInfos(ctx, st); err != nil {
 			return err
-		}
-		for _, n := range names {
-			sh, err := st.Shard(ctx, n)
-			if err != nil {
-				return err
-			}
-			info, err := sh.Info(ctx)
-			if err != nil {
-				return err
-			}
-			infos = append(infos, info)
-		}
-		sources, err := st.Sources(ctx)
-		if err != nil {
-			return err
-		}
-		for _, src := range sources {
-			sh, err := st.Remap(ctx, src)
-			if err != nil {
-				return err
-			}
-			info, err := sh.Info(ctx)
-			if err != nil {
-				return err
-			}
-			infos = append(infos, info)
 		}
 	}
 	detail := opts.collection != ""
@@ -270,6 +244,39 @@ func runStoreInspect(ctx context.Context, w io.Writer, opts storeInspectOptions)
 		}
 	}
 	return nil
+}
+
+// allShardInfos describes every collection, then every source's remap
+// shard.
+func allShardInfos(ctx context.Context, st *store.Store) ([]store.Info, error) {
+	names, err := st.Collections(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sources, err := st.Sources(ctx)
+	if err != nil {
+		return nil, err
+	}
+	open := make([]func() (*store.Shard, error), 0, len(names)+len(sources))
+	for _, n := range names {
+		open = append(open, func() (*store.Shard, error) { return st.Shard(ctx, n) })
+	}
+	for _, src := range sources {
+		open = append(open, func() (*store.Shard, error) { return st.Remap(ctx, src) })
+	}
+	infos := make([]store.Info, 0, len(open))
+	for _, o := range open {
+		sh, err := o()
+		if err != nil {
+			return nil, err
+		}
+		info, err := sh.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		infos = append(infos, info)
+	}
+	return infos, nil
 }
 
 // openCollection opens an existing collection, or says which exist.
