@@ -37,7 +37,7 @@ upstream (with --wait-for-ingest it waits for one until the timeout); the
 message says how far ingestion got (both frontiers, the age of the last
 binding, whether an ingest runs). 1 for other errors.
 
---output json prints {"time":T,"upstream":FRONTIER,"binding":FRONTIER,"source":ID,"via":"daemon"|"direct"}.`,
+--output json prints {"time":T,"upstream":FRONTIER,"binding":FRONTIER,"source":ID,"via":"daemon"|"daemon-http"|"direct"}.`,
 		Flags: append(sourceFlags(),
 			&cli.StringFlag{Name: "store", Usage: "the store directory (required)"},
 			&cli.StringFlag{Name: "source-id", Usage: "the source's id in the store (default: the store's only source)"},

@@ -62,8 +62,8 @@ type Result struct {
 	Binding frontier.Frontier `json:"binding"`
 	// Source is the source id in the store.
 	Source string `json:"source"`
-	// Via says who answered: "daemon" (the ingest's recency server) or
-	// "direct".
+	// Via says who answered: "daemon" (the ingest's recency server on
+	// its socket), "daemon-http" (the same over loopback HTTP) or "direct".
 	Via string `json:"via"`
 }
 
