@@ -329,6 +329,49 @@ func (c *varCol[O]) prefix(r, i int) uint64 {
 	return bytesPrefix(c.val(r, i))
 }
 
+// rebasePrefixes recomputes the prefixes of es (all of run r) from the
+// bytes after the longest prefix every valid value of run r shares. When
+// values share a long common prefix (keys like "key-000012345"), the
+// first 8 bytes say nothing and every comparison would fall back to the
+// full bytes; past the common prefix they usually decide. Only valid
+// within a runSet holding that one run: prefixes of other runs would be
+// computed from another offset.
+func (c *varCol[O]) rebasePrefixes(r int, es []ent) {
+	o, data, nulls := c.offs[r], c.data[r], c.nulls[r]
+	var ref []byte
+	lcp, seen := 0, false
+	for i := 0; i+1 < len(o); i++ {
+		if !nulls.valid(i) {
+			continue
+		}
+		v := data[o[i]:o[i+1]]
+		if !seen {
+			ref, lcp, seen = v, len(v), true
+			continue
+		}
+		n := min(lcp, len(v))
+		k := 0
+		for k < n && ref[k] == v[k] {
+			k++
+		}
+		lcp = k
+		if lcp == 0 {
+			return // nothing shared: the plain prefixes are the best
+		}
+	}
+	if lcp == 0 {
+		return
+	}
+	for k := range es {
+		i := int(es[k].row)
+		if !nulls.valid(i) {
+			es[k].pre = 0
+			continue
+		}
+		es[k].pre = bytesPrefix(data[o[i]+O(lcp) : o[i+1]])
+	}
+}
+
 // bytesPrefix is the first 8 bytes, big-endian, zero-padded: shorter
 // strings sort before their extensions, so this preserves bytewise order.
 func bytesPrefix(v []byte) uint64 {

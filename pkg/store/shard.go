@@ -558,6 +558,13 @@ func (sh *Shard) sortConsolidate(in arrow.Record) (arrow.Record, error) {
 		// _time == MaxUint64 cannot be below an upper; prepareInput checked.
 		return nil, fmt.Errorf("sort batch: time out of range: %w", ErrInvalid)
 	}
+	// One run only: its first column's prefixes may skip what all its
+	// values share.
+	if len(rs.cols) > 0 {
+		if rb, ok := rs.cols[0].(interface{ rebasePrefixes(int, []ent) }); ok {
+			rb.rebasePrefixes(run, es)
+		}
+	}
 	rs.sortRowTime(es)
 	n := len(es)
 	es = rs.consolidateRowTime(es)
