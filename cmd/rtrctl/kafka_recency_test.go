@@ -87,10 +87,11 @@ func TestKafkaRecency(t *testing.T) {
 		t.Fatal(err)
 	}
 	type topicRun struct {
-		name string
-		lag  time.Duration
-		cl   *kgo.Client
-		n    int
+		name   string
+		lag    time.Duration
+		cl     *kgo.Client
+		n      int
+		missed int // rounds in which a plain read right after producing missed the records
 	}
 	runs := []*topicRun{{name: "fast", lag: 150 * time.Millisecond}, {name: "slow", lag: 500 * time.Millisecond}}
 	var wg sync.WaitGroup
@@ -131,8 +132,11 @@ func TestKafkaRecency(t *testing.T) {
 		for _, r := range runs {
 			produceTxn(t, r.cl, r.n+1, r.n+4)
 			r.n += 4
-			if got := countRows(t, dir, r.name, 0); got >= r.n {
-				t.Fatalf("round %d %s: a plain read already sees %d rows; fetches are not slowed enough", round, r.name, got)
+			// A fetch that was already under way when the records landed
+			// can deliver them at once, so a plain read may rarely see
+			// them; most rounds must miss them (checked below).
+			if got := countRows(t, dir, r.name, 0); got < r.n {
+				r.missed++
 			}
 		}
 		for _, r := range runs {
@@ -144,6 +148,11 @@ func TestKafkaRecency(t *testing.T) {
 			if testing.Verbose() {
 				t.Logf("round %d %s (lag %v): wait-recent %v", round, r.name, r.lag, time.Since(start).Round(time.Millisecond))
 			}
+		}
+	}
+	for _, r := range runs {
+		if r.missed < 4 {
+			t.Errorf("%s: a plain read right after producing missed the records in only %d of 5 rounds; ingestion is not slowed enough to show recency", r.name, r.missed)
 		}
 	}
 }
