@@ -286,24 +286,7 @@ func startKafkaRun(ctx context.Context, cfg KafkaConfig, topic string, keyF, val
 	// Real-time recency: serve wait-recent for this topic's source. Kafka
 	// reports progress with every fetch, so the nudge has nothing to do.
 	if p, err := probe.NewKafka(cfg.Brokers, []string{topic}); err == nil {
-		srv, err := recency.StartServer(ctx, recency.ServerConfig{Store: st, Source: source, Socket: info.Socket, Prober: p, Logger: cfg.Logger,
-			State: func(ctx context.Context, mint bool) (recency.State, error) {
-				r.mu.Lock()
-				defer r.mu.Unlock()
-				if mint {
-					if err := r.rc.Tick(ctx, true); err != nil {
-						return recency.State{}, err
-					}
-				}
-				return recency.State{Bindings: r.rc.Bindings(), Progress: r.rc.Progress(), Durable: r.w.durable}, nil
-			},
-			Nudge: func() {},
-		})
-		if err != nil {
-			cfg.Logger.Warn("recency server not started; wait-recent works without it", "source", source, "error", err)
-		} else {
-			r.srv = srv
-		}
+		r.srv = serveRecency(ctx, st, source, info.Socket, p, &r.mu, r.rc, r.w, nil, cfg.Logger)
 	}
 
 	// Resume: the frontier of the last binding below the durable upper.

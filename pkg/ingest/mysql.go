@@ -141,27 +141,7 @@ func RunMySQL(ctx context.Context, cfg MySQLConfig) error {
 
 	nudge := make(chan struct{}, 1)
 	if p, err := probe.New(probe.Config{Source: "mysql", DSN: cfg.DSN}); err == nil {
-		rsrv, err := recency.StartServer(ctx, recency.ServerConfig{Store: st, Source: cfg.Source, Socket: info.Socket, Prober: p, Logger: log,
-			State: func(ctx context.Context, mint bool) (recency.State, error) {
-				mu.Lock()
-				defer mu.Unlock()
-				if mint {
-					if err := rc.Tick(ctx, true); err != nil {
-						return recency.State{}, err
-					}
-				}
-				return recency.State{Bindings: rc.Bindings(), Progress: rc.Progress(), Durable: w.durable}, nil
-			},
-			Nudge: func() {
-				select {
-				case nudge <- struct{}{}:
-				default:
-				}
-			},
-		})
-		if err != nil {
-			log.Warn("recency server not started; wait-recent works without it", "error", err)
-		} else {
+		if rsrv := serveRecency(ctx, st, cfg.Source, info.Socket, p, &mu, rc, w, nudge, log); rsrv != nil {
 			defer rsrv.Close()
 		}
 	}
