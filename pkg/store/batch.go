@@ -1,9 +1,12 @@
 package store
 
 import (
+	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/ipc"
@@ -35,24 +38,47 @@ func withColumns(user *arrow.Schema, extra ...arrow.Field) *arrow.Schema {
 	return arrow.NewSchema(fs, &md)
 }
 
-// encodeBatch renders a record as an Arrow IPC file (pure).
-func encodeBatch(rec arrow.Record) ([]byte, error) {
-	size := 1 << 16
-	for _, c := range rec.Columns() {
-		size += dataSize(c.Data())
-	}
-	mf := &memFile{buf: make([]byte, 0, size)}
-	w, err := ipc.NewFileWriter(mf, ipc.WithSchema(rec.Schema()))
+// encodeBatch writes a record as an Arrow IPC file to w and returns the
+// file's size and CRC-32C. It streams: a batch is never held twice in
+// memory.
+func encodeBatch(w io.Writer, rec arrow.Record) (size int64, crc uint32, err error) {
+	bw := &batchWriter{buf: bufio.NewWriterSize(w, 1<<20)}
+	fw, err := ipc.NewFileWriter(bw, ipc.WithSchema(rec.Schema()))
 	if err != nil {
-		return nil, fmt.Errorf("encode batch: %w", err)
+		return 0, 0, fmt.Errorf("encode batch: %w", err)
 	}
-	if err := w.Write(rec); err != nil {
-		return nil, fmt.Errorf("encode batch: %w", err)
+	if err := fw.Write(rec); err != nil {
+		return 0, 0, fmt.Errorf("encode batch: %w", err)
 	}
-	if err := w.Close(); err != nil {
-		return nil, fmt.Errorf("encode batch: %w", err)
+	if err := fw.Close(); err != nil {
+		return 0, 0, fmt.Errorf("encode batch: %w", err)
 	}
-	return mf.buf, nil
+	if err := bw.buf.Flush(); err != nil {
+		return 0, 0, fmt.Errorf("encode batch: %w", err)
+	}
+	return bw.n, bw.crc, nil
+}
+
+// batchWriter counts and checksums what the Arrow IPC file writer writes,
+// and answers the one seek it makes (to learn the current position).
+type batchWriter struct {
+	buf *bufio.Writer
+	n   int64
+	crc uint32
+}
+
+func (b *batchWriter) Write(p []byte) (int, error) {
+	n, err := b.buf.Write(p)
+	b.crc = crc32.Update(b.crc, castagnoli, p[:n])
+	b.n += int64(n)
+	return n, err
+}
+
+func (b *batchWriter) Seek(off int64, whence int) (int64, error) {
+	if off != 0 || whence != io.SeekCurrent {
+		return 0, errors.New("encode batch: the batch writer only reports its position")
+	}
+	return b.n, nil
 }
 
 // dataSize estimates the encoded size of an array's buffers, children

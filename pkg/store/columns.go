@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/bits"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
@@ -64,11 +65,11 @@ func newColumn(dt arrow.DataType) (column, error) {
 	case arrow.FLOAT32:
 		return &fixedCol[float32]{dt: dt,
 			cmpf: func(a, b float32) int { return cmp.Compare(f32key(a), f32key(b)) },
-			pref: func(v float32) uint64 { return uint64(f32key(v)) << 32 }}, nil
+			pref: func(v float32) uint64 { return uint64(f32key(v)) << 32 }, exact: true}, nil
 	case arrow.FLOAT64:
 		return &fixedCol[float64]{dt: dt,
 			cmpf: func(a, b float64) int { return cmp.Compare(f64key(a), f64key(b)) },
-			pref: f64key}, nil
+			pref: f64key, exact: true}, nil
 	case arrow.DECIMAL128:
 		return &fixedCol[decimal128.Num]{dt: dt,
 			cmpf: func(a, b decimal128.Num) int {
@@ -173,14 +174,16 @@ type fixedCol[T arrow.FixedWidthType] struct {
 	nulls []nullMap
 	cmpf  func(a, b T) int
 	pref  func(T) uint64
+	// exact: pref is injective (equal prefixes mean equal values).
+	exact bool
 }
 
 func newSigned[T int8 | int16 | int32 | int64](dt arrow.DataType) *fixedCol[T] {
-	return &fixedCol[T]{dt: dt, cmpf: cmp.Compare[T], pref: func(v T) uint64 { return uint64(int64(v)) ^ (1 << 63) }}
+	return &fixedCol[T]{dt: dt, cmpf: cmp.Compare[T], pref: func(v T) uint64 { return uint64(int64(v)) ^ (1 << 63) }, exact: true}
 }
 
 func newUnsigned[T uint8 | uint16 | uint32 | uint64](dt arrow.DataType) *fixedCol[T] {
-	return &fixedCol[T]{dt: dt, cmpf: cmp.Compare[T], pref: func(v T) uint64 { return uint64(v) }}
+	return &fixedCol[T]{dt: dt, cmpf: cmp.Compare[T], pref: func(v T) uint64 { return uint64(v) }, exact: true}
 }
 
 func (c *fixedCol[T]) add(arr arrow.Array) {
@@ -205,6 +208,69 @@ func (c *fixedCol[T]) prefix(r, i int) uint64 {
 		return 0
 	}
 	return c.pref(c.vals[r][i])
+}
+
+// exactKeys returns, for every row of run r, an order-preserving key that
+// differs for different values (0 for a null, which sorts first) and the
+// largest key; ok is false when the column's prefixes are not exact.
+func (c *fixedCol[T]) exactKeys(r int) (keys []uint64, most uint64, ok bool) {
+	if !c.exact {
+		return nil, 0, false
+	}
+	vals, nulls := c.vals[r], c.nulls[r]
+	keys = make([]uint64, len(vals))
+	lo, hi, seen, hasNull := uint64(0), uint64(0), false, false
+	for i, v := range vals {
+		if !nulls.valid(i) {
+			hasNull = true
+			continue
+		}
+		p := c.pref(v)
+		keys[i] = p
+		if !seen || p < lo {
+			lo = p
+		}
+		if !seen || p > hi {
+			hi = p
+		}
+		seen = true
+	}
+	return rebaseKeys(keys, nulls, lo, hi, seen, hasNull)
+}
+
+// rebaseKeys maps the keys of valid values (from lo to hi) to their
+// distance from lo, without the low bits every distance shares (bytes
+// past the end of short strings), and then plus one when there are nulls
+// (whose key is 0): they take as few bits as they need to stay exact and
+// in order. ok is false when they do not fit.
+func rebaseKeys(keys []uint64, nulls nullMap, lo, hi uint64, seen, hasNull bool) ([]uint64, uint64, bool) {
+	if !seen {
+		clear(keys)
+		return keys, 0, true
+	}
+	var or uint64
+	for i := range keys {
+		if nulls.valid(i) {
+			or |= keys[i] - lo
+		}
+	}
+	tz := uint(bits.TrailingZeros64(or)) % 64 // or == 0: one value, no shift
+	most := (hi - lo) >> tz
+	base := uint64(0)
+	if hasNull {
+		if most == math.MaxUint64 {
+			return nil, 0, false
+		}
+		base = 1
+	}
+	for i := range keys {
+		if nulls.valid(i) {
+			keys[i] = (keys[i]-lo)>>tz + base
+		} else {
+			keys[i] = 0
+		}
+	}
+	return keys, most + base, true
 }
 
 func (c *fixedCol[T]) gather(refs []ent) arrow.Array {
@@ -329,14 +395,9 @@ func (c *varCol[O]) prefix(r, i int) uint64 {
 	return bytesPrefix(c.val(r, i))
 }
 
-// rebasePrefixes recomputes the prefixes of es (all of run r) from the
-// bytes after the longest prefix every valid value of run r shares. When
-// values share a long common prefix (keys like "key-000012345"), the
-// first 8 bytes say nothing and every comparison would fall back to the
-// full bytes; past the common prefix they usually decide. Only valid
-// within a runSet holding that one run: prefixes of other runs would be
-// computed from another offset.
-func (c *varCol[O]) rebasePrefixes(r int, es []ent) {
+// commonPrefix is the length of the longest prefix every valid value of
+// run r shares.
+func (c *varCol[O]) commonPrefix(r int) int {
 	o, data, nulls := c.offs[r], c.data[r], c.nulls[r]
 	var ref []byte
 	lcp, seen := 0, false
@@ -356,20 +417,62 @@ func (c *varCol[O]) rebasePrefixes(r int, es []ent) {
 		}
 		lcp = k
 		if lcp == 0 {
-			return // nothing shared: the plain prefixes are the best
+			break
 		}
 	}
-	if lcp == 0 {
-		return
-	}
-	for k := range es {
-		i := int(es[k].row)
+	return lcp
+}
+
+// exactKeys implements the packing of runSet.packPrefixes when every
+// valid value of run r is at most 7 bytes longer than what they all share
+// (keys like "key-012345"): the key of a value is its remaining bytes,
+// zero-padded to 7, then its length in the low byte, which orders like
+// the bytes and differs for different values. Keys are rebased as in
+// fixedCol.exactKeys (nulls 0).
+func (c *varCol[O]) exactKeys(r int) (keys []uint64, most uint64, ok bool) {
+	o, data, nulls := c.offs[r], c.data[r], c.nulls[r]
+	lcp := O(c.commonPrefix(r))
+	n := len(o) - 1
+	keys = make([]uint64, n)
+	lo, hi, seen, hasNull := uint64(0), uint64(0), false, false
+	for i := 0; i < n; i++ {
 		if !nulls.valid(i) {
-			es[k].pre = 0
+			hasNull = true
 			continue
 		}
-		es[k].pre = bytesPrefix(data[o[i]+O(lcp) : o[i+1]])
+		rest := data[o[i]+lcp : o[i+1]]
+		if len(rest) > 7 {
+			return nil, 0, false
+		}
+		var b [8]byte
+		copy(b[:], rest)
+		b[7] = byte(len(rest))
+		k := binary.BigEndian.Uint64(b[:])
+		keys[i] = k
+		if !seen || k < lo {
+			lo = k
+		}
+		if !seen || k > hi {
+			hi = k
+		}
+		seen = true
 	}
+	return rebaseKeys(keys, nulls, lo, hi, seen, hasNull)
+}
+
+// tailKeys are order-preserving (not exact) keys of run r for the last
+// component runSet.packPrefixes packs: the 8 bytes after what every value
+// shares, so that they say something about keys like "key-000012345".
+func (c *varCol[O]) tailKeys(r int) []uint64 {
+	o, data, nulls := c.offs[r], c.data[r], c.nulls[r]
+	lcp := O(c.commonPrefix(r))
+	keys := make([]uint64, len(o)-1)
+	for i := range keys {
+		if nulls.valid(i) {
+			keys[i] = bytesPrefix(data[o[i]+lcp : o[i+1]])
+		}
+	}
+	return keys
 }
 
 // bytesPrefix is the first 8 bytes, big-endian, zero-padded: shorter

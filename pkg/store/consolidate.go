@@ -1,6 +1,7 @@
 package store
 
 import (
+	"math/bits"
 	"slices"
 
 	"github.com/apache/arrow/go/v17/arrow"
@@ -22,8 +23,12 @@ type ent struct {
 // runSet holds record batches ("runs") of one user schema, each with
 // `_time` and `_diff` columns, and compares and gathers their rows.
 type runSet struct {
-	user  []arrow.Field
-	cols  []column
+	user []arrow.Field
+	cols []column
+	// exact is the number of leading columns that equal prefixes prove
+	// equal (packPrefixes); comparisons of updates with equal prefixes
+	// start after them.
+	exact int
 	recs  []arrow.Record
 	times [][]uint64
 	diffs [][]int64
@@ -101,11 +106,12 @@ func (rs *runSet) cmpRow(a, b *ent) int {
 		}
 		return 1
 	}
-	return rs.cmpRowSlow(a, b)
+	return rs.cmpCols(a, b, rs.exact)
 }
 
-func (rs *runSet) cmpRowSlow(a, b *ent) int {
-	for _, c := range rs.cols {
+// cmpCols compares the rows of two updates from column `from` on.
+func (rs *runSet) cmpCols(a, b *ent, from int) int {
+	for _, c := range rs.cols[from:] {
 		if r := c.cmp(int(a.run), int(a.row), int(b.run), int(b.row)); r != 0 {
 			return r
 		}
@@ -115,13 +121,7 @@ func (rs *runSet) cmpRowSlow(a, b *ent) int {
 
 // cmpRowTime orders by row, then time.
 func (rs *runSet) cmpRowTime(a, b *ent) int {
-	if a.pre != b.pre {
-		if a.pre < b.pre {
-			return -1
-		}
-		return 1
-	}
-	if r := rs.cmpRowSlow(a, b); r != 0 {
+	if r := rs.cmpRow(a, b); r != 0 {
 		return r
 	}
 	switch {
@@ -131,6 +131,29 @@ func (rs *runSet) cmpRowTime(a, b *ent) int {
 		return 1
 	}
 	return 0
+}
+
+// strictlySorted reports whether run r's updates are in strictly
+// increasing (row, time) order with no zero diff: sorted and consolidated
+// already. It stops at the first update out of order, so an unsorted run
+// costs next to nothing.
+func (rs *runSet) strictlySorted(r int) bool {
+	times, diffs := rs.times[r], rs.diffs[r]
+	for i := range times {
+		if diffs[i] == 0 {
+			return false
+		}
+		if i == 0 {
+			continue
+		}
+		a := ent{time: times[i-1], run: uint32(r), row: uint32(i - 1)}
+		b := ent{time: times[i], run: uint32(r), row: uint32(i)}
+		c := rs.cmpCols(&a, &b, 0)
+		if c > 0 || c == 0 && a.time >= b.time {
+			return false
+		}
+	}
+	return true
 }
 
 // cmpTimeRow orders by time, then row.
@@ -145,7 +168,10 @@ func (rs *runSet) cmpTimeRow(a, b *ent) int {
 }
 
 // sortRowTime sorts updates by row then time. It returns quickly when they
-// are sorted already.
+// are sorted already. Otherwise it radix-sorts them by prefix (integer
+// work, no comparisons) and then sorts each group of equal prefixes with
+// the full comparison: prefixes order rows (pre(a) < pre(b) implies a <
+// b), so only updates with equal prefixes can still be out of order.
 func (rs *runSet) sortRowTime(es []ent) {
 	sorted := true
 	for i := 1; i < len(es); i++ {
@@ -154,8 +180,136 @@ func (rs *runSet) sortRowTime(es []ent) {
 			break
 		}
 	}
-	if !sorted {
-		slices.SortFunc(es, func(a, b ent) int { return rs.cmpRowTime(&a, &b) })
+	if sorted {
+		return
+	}
+	cmp := func(a, b ent) int { return rs.cmpRowTime(&a, &b) }
+	if len(es) < 256 {
+		slices.SortFunc(es, cmp)
+		return
+	}
+	radixSortPre(es)
+	for i := 0; i < len(es); {
+		j := i + 1
+		for j < len(es) && es[j].pre == es[i].pre {
+			j++
+		}
+		if j-i > 1 {
+			slices.SortFunc(es[i:j], cmp)
+		}
+		i = j
+	}
+}
+
+// radixSortPre sorts es by pre, stably: a least-significant-digit radix
+// sort over the bytes in which the prefixes differ.
+func radixSortPre(es []ent) {
+	if len(es) < 2 {
+		return
+	}
+	var differ uint64
+	p0 := es[0].pre
+	for i := range es {
+		differ |= es[i].pre ^ p0
+	}
+	if differ == 0 {
+		return
+	}
+	src, dst := es, make([]ent, len(es))
+	for shift := uint(0); shift < 64; shift += 8 {
+		if (differ>>shift)&0xff == 0 {
+			continue
+		}
+		var at [256]int
+		for i := range src {
+			at[(src[i].pre>>shift)&0xff]++
+		}
+		sum := 0
+		for b, n := range at {
+			at[b] = sum
+			sum += n
+		}
+		for i := range src {
+			b := (src[i].pre >> shift) & 0xff
+			dst[at[b]] = src[i]
+			at[b]++
+		}
+		src, dst = dst, src
+	}
+	if &src[0] != &es[0] {
+		copy(es, src)
+	}
+}
+
+// packPrefixes recomputes the prefixes of es, which must be every row of
+// run r in row order with no other run in the runSet, so that they decide
+// as many comparisons as possible. Leading columns with exact keys
+// (integers, dates, times, floats, and strings at most 7 bytes past what
+// all of them share: equal keys mean equal values) are packed into the 64
+// bits one after the other, each rebased to the range it spans in this
+// run; the first column without exact keys, or whose key no longer fits,
+// fills the remaining bits with its top bits. (partition, offset) of a
+// Kafka batch becomes a unique prefix, and (key, value) of an upsert
+// batch with short keys orders by key and the value's first bits: sorting
+// then needs few column comparisons, and those skip the columns the
+// prefix holds exactly (rs.exact).
+func (rs *runSet) packPrefixes(r int, es []ent) {
+	rs.exact = 0
+	used := uint(0)
+	put := func(keys []uint64, need, shift uint) {
+		for k := range es {
+			v := keys[es[k].row] >> shift
+			if used == 0 {
+				es[k].pre = v
+			} else {
+				es[k].pre = es[k].pre<<need | v
+			}
+		}
+		used += need
+	}
+	for ci, c := range rs.cols {
+		if used == 64 {
+			return
+		}
+		if ek, ok := c.(interface {
+			exactKeys(r int) ([]uint64, uint64, bool)
+		}); ok {
+			if keys, most, ok := ek.exactKeys(r); ok {
+				need := uint(bits.Len64(most))
+				if used+need <= 64 {
+					put(keys, need, 0)
+					rs.exact = ci + 1
+					continue
+				}
+				put(keys, 64-used, used+need-64)
+				return
+			}
+		}
+		// The last component: order-preserving top bits, rebased.
+		var keys []uint64
+		if tk, ok := c.(interface{ tailKeys(r int) []uint64 }); ok {
+			keys = tk.tailKeys(r)
+		} else {
+			keys = make([]uint64, len(es))
+			for k := range es {
+				keys[es[k].row] = c.prefix(r, int(es[k].row))
+			}
+		}
+		lo, hi := keys[0], keys[0]
+		for _, v := range keys {
+			lo, hi = min(lo, v), max(hi, v)
+		}
+		for i := range keys {
+			keys[i] -= lo
+		}
+		need := uint(bits.Len64(hi - lo))
+		shift := uint(0)
+		if used+need > 64 {
+			shift = used + need - 64
+			need = 64 - used
+		}
+		put(keys, need, shift)
+		return
 	}
 }
 

@@ -93,7 +93,15 @@ const tmpPrefix = "tmp-"
 
 // writeTemp writes data to a new temporary file in dir, syncs and closes
 // it, and returns its path. On any error the temporary file is removed.
-func writeTemp(fsys FS, dir, prefix string, data []byte) (_ string, err error) {
+func writeTemp(fsys FS, dir, prefix string, data []byte) (string, error) {
+	return writeTempWith(fsys, dir, prefix, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// writeTempWith is writeTemp with the contents written by fill.
+func writeTempWith(fsys FS, dir, prefix string, fill func(io.Writer) error) (_ string, err error) {
 	f, err := fsys.CreateTemp(dir, tmpPrefix+prefix)
 	if err != nil {
 		return "", fmt.Errorf("create temp file: %w", err)
@@ -105,7 +113,7 @@ func writeTemp(fsys FS, dir, prefix string, data []byte) (_ string, err error) {
 			fsys.Remove(path)
 		}
 	}()
-	if _, err := f.Write(data); err != nil {
+	if err := fill(f); err != nil {
 		return "", fmt.Errorf("write %s: %w", filepath.Base(path), err)
 	}
 	if err := f.Sync(); err != nil {
@@ -142,46 +150,4 @@ func readFile(fsys FS, name string) ([]byte, error) {
 			buf = append(buf, 0)[:len(buf)]
 		}
 	}
-}
-
-// memFile is an in-memory io.WriteSeeker: the Arrow IPC file writer needs
-// to seek, and writing to memory first lets the store checksum the batch
-// and hand it to the FS in one Write.
-type memFile struct {
-	buf []byte
-	pos int
-}
-
-func (m *memFile) Write(p []byte) (int, error) {
-	if end := m.pos + len(p); end > len(m.buf) {
-		if end > cap(m.buf) {
-			nb := make([]byte, end, max(2*cap(m.buf), end))
-			copy(nb, m.buf)
-			m.buf = nb
-		} else {
-			m.buf = m.buf[:end]
-		}
-	}
-	copy(m.buf[m.pos:], p)
-	m.pos += len(p)
-	return len(p), nil
-}
-
-func (m *memFile) Seek(off int64, whence int) (int64, error) {
-	var abs int64
-	switch whence {
-	case io.SeekStart:
-		abs = off
-	case io.SeekCurrent:
-		abs = int64(m.pos) + off
-	case io.SeekEnd:
-		abs = int64(len(m.buf)) + off
-	default:
-		return 0, errors.New("memfile: invalid whence")
-	}
-	if abs < 0 {
-		return 0, errors.New("memfile: negative position")
-	}
-	m.pos = int(abs)
-	return abs, nil
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
+	"io"
 	"io/fs"
 	"math/rand/v2"
 	"path/filepath"
@@ -271,12 +271,12 @@ func (sh *Shard) writeBatch(ctx context.Context, rec arrow.Record, lower, upper 
 	if err := ctx.Err(); err != nil {
 		return BatchMeta{}, fmt.Errorf("write batch: %w", err)
 	}
-	data, err := encodeBatch(rec)
-	if err != nil {
-		return BatchMeta{}, fmt.Errorf("write batch: %w", err)
-	}
-	crc := crc32.Checksum(data, castagnoli)
-	tmp, err := writeTemp(sh.st.fs, sh.dir, "batch-", data)
+	var size int64
+	var crc uint32
+	tmp, err := writeTempWith(sh.st.fs, sh.dir, "batch-", func(w io.Writer) (err error) {
+		size, crc, err = encodeBatch(w, rec)
+		return err
+	})
 	if err != nil {
 		return BatchMeta{}, fmt.Errorf("write batch: %w", err)
 	}
@@ -290,7 +290,7 @@ func (sh *Shard) writeBatch(ctx context.Context, rec arrow.Record, lower, upper 
 		sh.st.fs.Remove(final)
 		return BatchMeta{}, fmt.Errorf("write batch: sync directory: %w", err)
 	}
-	return BatchMeta{File: name, Lower: lower, Upper: upper, Rows: rec.NumRows(), Bytes: int64(len(data)), CRC32C: crc}, nil
+	return BatchMeta{File: name, Lower: lower, Upper: upper, Rows: rec.NumRows(), Bytes: size, CRC32C: crc}, nil
 }
 
 // loadBatch reads and checks one batch file. The caller releases the
@@ -553,18 +553,18 @@ func (sh *Shard) sortConsolidate(in arrow.Record) (arrow.Record, error) {
 	}
 	defer rs.release()
 	run := rs.add(in)
+	if rs.strictlySorted(run) {
+		in.Retain()
+		return in, nil // sorted and nothing to consolidate
+	}
 	es := rs.ents(run, 0, ^uint64(0))
 	if len(es) != int(in.NumRows()) {
 		// _time == MaxUint64 cannot be below an upper; prepareInput checked.
 		return nil, fmt.Errorf("sort batch: time out of range: %w", ErrInvalid)
 	}
-	// One run only: its first column's prefixes may skip what all its
-	// values share.
-	if len(rs.cols) > 0 {
-		if rb, ok := rs.cols[0].(interface{ rebasePrefixes(int, []ent) }); ok {
-			rb.rebasePrefixes(run, es)
-		}
-	}
+	// One run only: its prefixes may pack leading columns rebased to
+	// their ranges in it.
+	rs.packPrefixes(run, es)
 	rs.sortRowTime(es)
 	n := len(es)
 	es = rs.consolidateRowTime(es)
