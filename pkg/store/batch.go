@@ -81,21 +81,6 @@ func (b *batchWriter) Seek(off int64, whence int) (int64, error) {
 	return b.n, nil
 }
 
-// dataSize estimates the encoded size of an array's buffers, children
-// (list elements) included.
-func dataSize(d arrow.ArrayData) int {
-	n := 0
-	for _, b := range d.Buffers() {
-		if b != nil {
-			n += b.Len() + 64
-		}
-	}
-	for _, ch := range d.Children() {
-		n += dataSize(ch)
-	}
-	return n
-}
-
 // decodeBatch checks a batch file's checksum and decodes its records,
 // which must have exactly the fields of want (pure). The caller releases
 // the records.
