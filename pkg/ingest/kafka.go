@@ -141,6 +141,9 @@ func RunKafka(ctx context.Context, cfg KafkaConfig) error {
 			if r.srv != nil {
 				r.srv.Close()
 			}
+			if r.w != nil {
+				r.w.Close()
+			}
 			r.lock.Unlock()
 		}
 	}()
@@ -164,6 +167,9 @@ func RunKafka(ctx context.Context, cfg KafkaConfig) error {
 	defer stopStream()
 	bg := startBackground(streamCtx, stopStream, cfg.Interval, cfg.CompactEvery, func(ctx context.Context) error {
 		for _, r := range order {
+			if err := r.w.Err(); err != nil {
+				return err
+			}
 			r.mu.Lock()
 			err := r.rc.Tick(ctx, false)
 			r.mu.Unlock()
@@ -196,10 +202,13 @@ func RunKafka(ctx context.Context, cfg KafkaConfig) error {
 			r.mu.Lock()
 			ferr := r.rc.Tick(context.Background(), true)
 			r.mu.Unlock()
+			if ferr == nil {
+				ferr = r.w.Close()
+			}
 			if ferr != nil {
 				return ferr
 			}
-			log.Info("stopped", "topic", r.topic, "durable_upper", r.w.durable)
+			log.Info("stopped", "topic", r.topic, "durable_upper", r.w.DurableUpper())
 		}
 		return nil
 	}
@@ -294,7 +303,7 @@ func startKafkaRun(ctx context.Context, cfg KafkaConfig, topic string, keyF, val
 	if err != nil {
 		return r, err
 	}
-	r.w.durable = durable
+	r.w.setDurable(durable)
 	r.start = durableFrontier(rc.Bindings(), durable, frontier.DomainKafka)
 	if err := sh.Refresh(ctx); err != nil {
 		return r, err

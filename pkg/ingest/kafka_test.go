@@ -552,7 +552,7 @@ func checkUpsertModel(t *testing.T, st *store.Store, source, coll string, log []
 //
 //	go test ./pkg/ingest -run '^$' -bench BenchmarkKafkaIngest -benchtime 2x
 func BenchmarkKafkaIngest(b *testing.B) {
-	const records, keys, partitions = 200_000, 100_000, 4
+	const records, keys, partitions = 1_000_000, 100_000, 4
 	k := testenv.StartKafka(b)
 	createTopic(b, k.Brokers, "bench", partitions)
 	cl := producer(b, k.Brokers, kgo.ProducerBatchMaxBytes(1<<20), kgo.MaxBufferedRecords(50_000))

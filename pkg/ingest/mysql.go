@@ -131,6 +131,7 @@ func RunMySQL(ctx context.Context, cfg MySQLConfig) error {
 	}
 
 	w := newStoreWriter(st, cfg.Source, tables, memory.DefaultAllocator)
+	defer w.Close()
 	w.afterCommit = cfg.AfterCommit
 	rc, err := reclock.New(ctx, st, cfg.Source, domain, w, reclock.Options{Interval: cfg.Interval})
 	if err != nil {
@@ -168,6 +169,9 @@ func RunMySQL(ctx context.Context, cfg MySQLConfig) error {
 		mu.Lock()
 		err = rc.Tick(ctx, true)
 		mu.Unlock()
+		if err == nil {
+			err = w.Flush() // where replication resumes depends on it
+		}
 		if err != nil {
 			return err
 		}
@@ -189,6 +193,9 @@ func RunMySQL(ctx context.Context, cfg MySQLConfig) error {
 	streamCtx, stopStream := context.WithCancel(ctx)
 	defer stopStream()
 	bg := startBackground(streamCtx, stopStream, cfg.Interval, cfg.CompactEvery, func(ctx context.Context) error {
+		if err := w.Err(); err != nil {
+			return err
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		return rc.Tick(ctx, false)
@@ -207,10 +214,13 @@ func RunMySQL(ctx context.Context, cfg MySQLConfig) error {
 		mu.Lock()
 		ferr := rc.Tick(context.Background(), true)
 		mu.Unlock()
+		if ferr == nil {
+			ferr = w.Close()
+		}
 		if ferr != nil {
 			return ferr
 		}
-		log.Info("stopped", "durable_upper", w.durable)
+		log.Info("stopped", "durable_upper", w.DurableUpper())
 		return nil
 	}
 	if err != nil {

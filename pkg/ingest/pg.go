@@ -131,6 +131,7 @@ func RunPG(ctx context.Context, cfg PGConfig) error {
 	}
 
 	w := newStoreWriter(st, cfg.Source, tables, memory.DefaultAllocator)
+	defer w.Close()
 	w.afterCommit = cfg.AfterCommit
 	if cfg.Metrics != nil {
 		w.onCommit = cfg.Metrics.committed
@@ -182,6 +183,9 @@ func RunPG(ctx context.Context, cfg PGConfig) error {
 		mu.Lock()
 		err = rc.Tick(ctx, true)
 		mu.Unlock()
+		if err == nil {
+			err = w.Flush() // where replication resumes depends on it
+		}
 		if err != nil {
 			return err
 		}
@@ -206,6 +210,9 @@ func RunPG(ctx context.Context, cfg PGConfig) error {
 	streamCtx, stopStream := context.WithCancel(ctx)
 	defer stopStream()
 	bg := startBackground(streamCtx, stopStream, cfg.Interval, cfg.CompactEvery, func(ctx context.Context) error {
+		if err := w.Err(); err != nil {
+			return err
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		return rc.Tick(ctx, false)
@@ -236,10 +243,13 @@ func RunPG(ctx context.Context, cfg PGConfig) error {
 		mu.Lock()
 		ferr := rc.Tick(context.Background(), true)
 		mu.Unlock()
+		if ferr == nil {
+			ferr = w.Close()
+		}
 		if ferr != nil {
 			return ferr
 		}
-		log.Info("stopped", "durable_upper", w.durable)
+		log.Info("stopped", "durable_upper", w.DurableUpper())
 		return nil
 	}
 	if err != nil {

@@ -28,7 +28,7 @@ func serveRecency(ctx context.Context, st *store.Store, source, socket string, p
 					return recency.State{}, err
 				}
 			}
-			return recency.State{Bindings: rc.Bindings(), Progress: rc.Progress(), Durable: w.durable}, nil
+			return recency.State{Bindings: rc.Bindings(), Progress: rc.Progress(), Durable: w.DurableUpper()}, nil
 		},
 		Nudge: func() {
 			if nudge == nil {

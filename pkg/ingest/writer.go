@@ -17,19 +17,41 @@ import (
 )
 
 // storeWriter is the reclocker's Output for an in-process ingest: it
-// buffers system-time data per collection and commits every collection of
-// the source when a binding's data is complete.
+// buffers system-time data per collection and, when a binding's data is
+// complete, hands every collection of the source to a committer goroutine.
+// Commits run while the next binding's data is decoded (concatenating,
+// sorting, writing and syncing a batch is most of an ingest's work, and
+// the change stream would otherwise wait for it); at most one commit waits
+// behind the running one, so a slow disk slows the stream instead of
+// growing memory. The bindings are durable before their data is handed
+// over, so a crash with commits in flight loses nothing: a restart
+// replays from the store's durable upper.
+//
+// Binding, Data, Error and Progress are called by the reclocker's owner
+// (one goroutine at a time); Durable, DurableUpper, Err, Flush and Close
+// are safe from any goroutine.
 type storeWriter struct {
 	st          *store.Store
 	source      string
 	mem         memory.Allocator
 	collections []string // every collection of the source, sorted
 
-	mu      sync.Mutex
+	// Owned by the reclocker's caller.
 	pending map[string]*buffered
 	errs    map[string][]string
+
+	jobs chan commitJob
+	done chan struct{} // closed when the committer exits
+	// sendMu orders sends on jobs with closing it.
+	sendMu sync.Mutex
+	closed bool // guarded by sendMu
+
+	mu sync.Mutex
 	// durable is the upper every collection has committed (min over them).
 	durable uint64
+	// err is the first commit error; later jobs are dropped (their data
+	// is replayed after a restart).
+	err error
 	// afterCommit is a test hook called after each collection's commit.
 	afterCommit func(collection string, upper uint64)
 	onCommit    func(collection string, rows int64, upper uint64)
@@ -42,10 +64,132 @@ type buffered struct {
 	minTime uint64
 }
 
+func (b *buffered) release() {
+	for _, r := range b.recs {
+		r.Release()
+	}
+	b.recs = nil
+}
+
+// commitJob is the data of every collection below upper, or (flushed not
+// nil) a request to report when the jobs before it are done.
+type commitJob struct {
+	upper   uint64
+	pending map[string]*buffered
+	errs    map[string][]string
+	flushed chan struct{}
+}
+
+func (j commitJob) release() {
+	for _, b := range j.pending {
+		b.release()
+	}
+}
+
 func newStoreWriter(st *store.Store, source string, collections []string, mem memory.Allocator) *storeWriter {
 	cs := append([]string{}, collections...)
 	sort.Strings(cs)
-	return &storeWriter{st: st, source: source, mem: mem, collections: cs, pending: map[string]*buffered{}, errs: map[string][]string{}}
+	w := &storeWriter{st: st, source: source, mem: mem, collections: cs, pending: map[string]*buffered{}, errs: map[string][]string{},
+		jobs: make(chan commitJob, 1), done: make(chan struct{})}
+	go w.committer()
+	return w
+}
+
+// committer commits the jobs in order until jobs is closed.
+func (w *storeWriter) committer() {
+	defer close(w.done)
+	ctx := context.Background()
+	for j := range w.jobs {
+		if j.flushed != nil {
+			close(j.flushed)
+			continue
+		}
+		if w.Err() != nil {
+			j.release()
+			continue
+		}
+		err := w.commitAll(ctx, j)
+		j.release()
+		w.mu.Lock()
+		if err != nil {
+			w.err = err
+		} else {
+			w.durable = j.upper
+		}
+		w.mu.Unlock()
+	}
+}
+
+// commitAll commits every collection of the source up to j.upper.
+func (w *storeWriter) commitAll(ctx context.Context, j commitJob) error {
+	for _, c := range w.collections {
+		if err := w.commit(ctx, c, j.upper, j.pending[c], j.errs[c]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Err returns the first commit error, if any.
+func (w *storeWriter) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// DurableUpper is the upper this writer has committed every collection
+// to (or found them committed to at the start).
+func (w *storeWriter) DurableUpper() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.durable
+}
+
+// setDurable records the durable upper found at the start.
+func (w *storeWriter) setDurable(u uint64) {
+	w.mu.Lock()
+	w.durable = u
+	w.mu.Unlock()
+}
+
+// Flush waits until every commit handed over so far is done and returns
+// the first commit error.
+func (w *storeWriter) Flush() error {
+	ch := make(chan struct{})
+	if w.send(commitJob{flushed: ch}) {
+		<-ch
+	}
+	return w.Err()
+}
+
+// send hands j to the committer, waiting while the queue is full; false
+// when the writer is closed.
+func (w *storeWriter) send(j commitJob) bool {
+	w.sendMu.Lock()
+	defer w.sendMu.Unlock()
+	if w.closed {
+		return false
+	}
+	w.jobs <- j
+	return true
+}
+
+// Close finishes the handed-over commits, stops the committer and drops
+// data not yet handed over (it is not bound complete; a restart replays
+// it). It returns the first commit error. Close is idempotent.
+func (w *storeWriter) Close() error {
+	w.sendMu.Lock()
+	if !w.closed {
+		w.closed = true
+		close(w.jobs)
+	}
+	w.sendMu.Unlock()
+	<-w.done
+	for c, b := range w.pending {
+		b.release()
+		delete(w.pending, c)
+	}
+	return w.Err()
 }
 
 // Binding implements reclock.Output: the binding is already durable.
@@ -53,8 +197,6 @@ func (w *storeWriter) Binding(frontier.Binding) error { return nil }
 
 // Data implements reclock.Output.
 func (w *storeWriter) Data(collection string, schema *arrow.Schema, rec arrow.Record) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	b := w.pending[collection]
 	if b == nil {
 		b = &buffered{schema: schema}
@@ -75,37 +217,32 @@ func (w *storeWriter) Data(collection string, schema *arrow.Schema, rec arrow.Re
 // Error implements reclock.Output: the error is recorded with the next
 // commit of the collection, after its data.
 func (w *storeWriter) Error(collection string, t uint64, msg string) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.errs[collection] = append(w.errs[collection], msg)
 	return nil
 }
 
 // Progress implements reclock.Output: every collection of the source is
-// complete below upper; commit them all.
+// complete below upper; hand them all to the committer. It returns an
+// earlier commit's error, and waits while one commit is running and
+// another is queued.
 func (w *storeWriter) Progress(upper uint64) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	ctx := context.Background()
-	for _, c := range w.collections {
-		if err := w.commit(ctx, c, upper); err != nil {
-			return err
-		}
+	if err := w.Err(); err != nil {
+		return err
 	}
-	w.durable = upper
+	j := commitJob{upper: upper, pending: w.pending, errs: w.errs}
+	w.pending, w.errs = map[string]*buffered{}, map[string][]string{}
+	if !w.send(j) {
+		j.release()
+		return errWriterClosed
+	}
 	return nil
 }
 
-func (w *storeWriter) commit(ctx context.Context, c string, upper uint64) error {
-	b := w.pending[c]
-	delete(w.pending, c)
-	if b != nil {
-		defer func() {
-			for _, r := range b.recs {
-				r.Release()
-			}
-		}()
-	}
+// errWriterClosed: data bound after the ingest stopped committing (it is
+// replayed after a restart).
+var errWriterClosed = errors.New("ingest: store writer closed")
+
+func (w *storeWriter) commit(ctx context.Context, c string, upper uint64, b *buffered, errMsgs []string) error {
 	sh, err := w.st.Shard(ctx, c)
 	if errors.Is(err, store.ErrNotFound) {
 		if b == nil {
@@ -130,7 +267,11 @@ func (w *storeWriter) commit(ctx context.Context, c string, upper uint64) error 
 		if b.minTime < cur {
 			expected = b.minTime // a replay: verified against the store and skipped
 		}
-		rec, err = arrowutil.Concat(b.schema, b.recs, w.mem)
+		// Records that are sorted runs (a Kafka fetch's partition chunks)
+		// concatenate in row order: the append then need not sort.
+		fs := b.schema.Fields()
+		recs := store.OrderRuns(fs[:len(fs)-2], b.recs)
+		rec, err = arrowutil.Concat(b.schema, recs, w.mem)
 		if err != nil {
 			return fmt.Errorf("commit %s: %w", c, err)
 		}
@@ -143,9 +284,8 @@ func (w *storeWriter) commit(ctx context.Context, c string, upper uint64) error 
 	if err != nil {
 		return fmt.Errorf("commit %s: %w", c, err)
 	}
-	if msgs := w.errs[c]; len(msgs) > 0 {
-		delete(w.errs, c)
-		for _, m := range msgs {
+	if len(errMsgs) > 0 {
+		for _, m := range errMsgs {
 			u := sh.Upper()
 			if _, err := sh.AppendError(ctx, u, u+1, m); err != nil {
 				return fmt.Errorf("commit error of %s: %w", c, err)

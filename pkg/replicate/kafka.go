@@ -331,6 +331,11 @@ func (s *kafkaStreamer) run(ctx context.Context) error {
 			}
 			touched[ftp.Topic] = true
 			serr = s.records(st, ftp.Partition, ftp.Records)
+			if serr == nil {
+				// One data record per partition chunk: each is sorted by
+				// (partition, offset), which spares the store a sort.
+				serr = s.flushData(st)
+			}
 		})
 		if serr != nil {
 			return serr

@@ -1,0 +1,103 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/memory"
+
+	"github.com/rtrctl/rtrctl/pkg/store"
+)
+
+// TestStoreWriterCommitsInBackground: Progress hands data to the
+// committer, Flush waits for it, a commit error stops every later commit
+// and comes back from Progress, Err and Close, and nothing is handed over
+// after Close.
+func TestStoreWriterCommitsInBackground(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	user := []arrow.Field{{Name: "k", Type: arrow.PrimitiveTypes.Int64}}
+	sh, err := st.CreateShard(ctx, "c", arrow.NewSchema(user, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := arrow.NewSchema(append(append([]arrow.Field{}, user...),
+		arrow.Field{Name: "_time", Type: arrow.PrimitiveTypes.Uint64}, arrow.Field{Name: "_diff", Type: arrow.PrimitiveTypes.Int64}), nil)
+	rec := func(k int64, at uint64) arrow.Record {
+		b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+		defer b.Release()
+		b.Field(0).(*array.Int64Builder).Append(k)
+		b.Field(1).(*array.Uint64Builder).Append(at)
+		b.Field(2).(*array.Int64Builder).Append(1)
+		return b.NewRecord()
+	}
+	data := func(w *storeWriter, k int64, at uint64) {
+		r := rec(k, at)
+		defer r.Release()
+		if err := w.Data("c", schema, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var committed []uint64
+	w := newStoreWriter(st, "src", []string{"c"}, memory.DefaultAllocator)
+	w.afterCommit = func(_ string, upper uint64) { committed = append(committed, upper) }
+	for i := uint64(0); i < 5; i++ {
+		data(w, int64(i), 10+i)
+		if err := w.Progress(11 + i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.DurableUpper(); got != 15 {
+		t.Fatalf("durable upper %d after Flush, want 15", got)
+	}
+	if len(committed) != 5 || committed[4] != 15 {
+		t.Fatalf("commits at %v, want 11..15 in order", committed)
+	}
+	if err := sh.Refresh(ctx); err != nil || sh.Upper() != 15 {
+		t.Fatalf("shard upper %d (%v), want 15", sh.Upper(), err)
+	}
+
+	// Another writer moves the shard on: the next commit fails, and so
+	// does everything after it, without writing.
+	other := rec(99, 15)
+	if _, err := sh.Append(ctx, 15, 17, other); err != nil {
+		t.Fatal(err)
+	}
+	other.Release()
+	data(w, 7, 15)
+	if err := w.Progress(16); err != nil {
+		t.Fatalf("handing over: %v", err)
+	}
+	if err := w.Flush(); !errors.As(err, new(*store.UpperMismatchError)) {
+		t.Fatalf("Flush after a lost race: %v, want an upper mismatch", err)
+	}
+	data(w, 8, 17)
+	if err := w.Progress(18); err == nil {
+		t.Fatal("Progress after a failed commit returned nil")
+	}
+	if err := w.Close(); err == nil {
+		t.Fatal("Close after a failed commit returned nil")
+	}
+	if err := sh.Refresh(ctx); err != nil || sh.Upper() != 17 {
+		t.Fatalf("shard upper %d (%v), want 17 (the other writer's)", sh.Upper(), err)
+	}
+
+	// Closed: nothing more is handed over.
+	w2 := newStoreWriter(st, "src", []string{"c"}, memory.DefaultAllocator)
+	w2.Close()
+	data(w2, 1, 20)
+	if err := w2.Progress(21); !errors.Is(err, errWriterClosed) {
+		t.Fatalf("Progress after Close: %v, want errWriterClosed", err)
+	}
+	if err := w2.Flush(); err != nil {
+		t.Fatalf("Flush after Close: %v", err)
+	}
+	w2.Close()
+}
