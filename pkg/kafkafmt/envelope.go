@@ -100,15 +100,23 @@ func NewDecoder(cfg Config) (Decoder, error) {
 			{Name: "header_values", Type: arrow.ListOf(arrow.BinaryTypes.Binary), Nullable: true},
 		}
 		d := &noneDecoder{base: newBase(cfg, fields, []string{"partition", "offset"})}
+		d.part = d.b.Field(0).(*array.Int32Builder)
+		d.off = d.b.Field(1).(*array.Int64Builder)
+		d.kb, d.vb = d.b.Field(2), d.b.Field(3)
+		d.ts = d.b.Field(4).(*array.TimestampBuilder)
 		d.hk = d.b.Field(5).(*array.ListBuilder)
 		d.hv = d.b.Field(6).(*array.ListBuilder)
+		d.hkv = d.hk.ValueBuilder().(*array.StringBuilder)
+		d.hvv = d.hv.ValueBuilder().(*array.BinaryBuilder)
 		return d, nil
 	case "upsert":
 		fields := []arrow.Field{
 			{Name: "key", Type: cfg.Key.Type(), Nullable: true},
 			{Name: "value", Type: cfg.Value.Type(), Nullable: true},
 		}
-		return &upsertDecoder{base: newBase(cfg, fields, []string{"key"}), state: map[string][]byte{}}, nil
+		d := &upsertDecoder{base: newBase(cfg, fields, []string{"key"}), state: map[string]*[]byte{}}
+		d.kb, d.vb = d.b.Field(0), d.b.Field(1)
+		return d, nil
 	}
 	return nil, fmt.Errorf("new decoder: unknown envelope %q (want none or upsert)", cfg.Envelope)
 }
@@ -120,11 +128,42 @@ type base struct {
 	schema *arrow.Schema
 	b      *array.RecordBuilder
 	nUser  int
+	kb, vb array.Builder // the key and value columns
 	times  *array.Uint64Builder
 	diffs  *array.Int64Builder
 	parts  *array.StringBuilder
 	rows   int
 	pnames []string // partition number -> decimal name
+	sized  []sized  // every builder, with its size at the last Flush
+	grow   bool     // Flush noted sizes that the next Add reserves
+}
+
+// sized is a builder with its length, and its data length for a binary
+// builder, at the last Flush. A batch tends to be the size of the last one
+// (ingest flushes at a row count), so the first Add of a batch reserves
+// that much: a builder that grows by doubling allocates, zeroes and copies
+// its buffers again and again in every batch.
+type sized struct {
+	b         array.Builder
+	bin       *array.BinaryBuilder // b's data, nil when b has none
+	len, data int
+}
+
+// sizeBuilders lists bs and the value builders of its lists.
+func sizeBuilders(list []sized, bs ...array.Builder) []sized {
+	for _, b := range bs {
+		s := sized{b: b}
+		switch b := b.(type) {
+		case *array.BinaryBuilder:
+			s.bin = b
+		case *array.StringBuilder:
+			s.bin = b.BinaryBuilder
+		case *array.ListBuilder:
+			list = sizeBuilders(list, b.ValueBuilder())
+		}
+		list = append(list, s)
+	}
+	return list
 }
 
 func newBase(cfg Config, fields []arrow.Field, key []string) base {
@@ -137,6 +176,7 @@ func newBase(cfg Config, fields []arrow.Field, key []string) base {
 		times: b.Field(n).(*array.Uint64Builder),
 		diffs: b.Field(n + 1).(*array.Int64Builder),
 		parts: b.Field(n + 2).(*array.StringBuilder),
+		sized: sizeBuilders(nil, b.Fields()...),
 	}
 }
 
@@ -149,7 +189,33 @@ func (d *base) Flush() arrow.Record {
 		return nil
 	}
 	d.rows = 0
+	for i := range d.sized {
+		s := &d.sized[i]
+		s.len = s.b.Len()
+		if s.bin != nil {
+			s.data = s.bin.DataLen()
+		}
+	}
+	d.grow = true
 	return d.b.NewRecord()
+}
+
+// reserve reserves, at the start of a batch, the sizes of the last batch,
+// with an eighth more data since values vary in length (the row counts
+// round up to a power of two already).
+func (d *base) reserve() {
+	if !d.grow {
+		return
+	}
+	d.grow = false
+	for _, s := range d.sized {
+		if s.len > 0 {
+			s.b.Reserve(s.len)
+		}
+		if s.data > 0 {
+			s.bin.ReserveData(s.data + s.data/8)
+		}
+	}
 }
 
 // reserved appends the reserved columns of one row.
@@ -194,7 +260,12 @@ func appendOrNull(f Format, b array.Builder, data []byte) {
 // noneDecoder is the append-only envelope.
 type noneDecoder struct {
 	base
+	part   *array.Int32Builder
+	off    *array.Int64Builder
+	ts     *array.TimestampBuilder
 	hk, hv *array.ListBuilder
+	hkv    *array.StringBuilder // hk's values
+	hvv    *array.BinaryBuilder // hv's values
 }
 
 func (d *noneDecoder) Add(r *kgo.Record) error {
@@ -209,21 +280,20 @@ func (d *noneDecoder) Add(r *kgo.Record) error {
 			return d.decodeErr(r, "header key %q is not valid UTF-8", h.Key)
 		}
 	}
-	d.b.Field(0).(*array.Int32Builder).Append(r.Partition)
-	d.b.Field(1).(*array.Int64Builder).Append(r.Offset)
-	appendOrNull(d.cfg.Key, d.b.Field(2), r.Key)
-	appendOrNull(d.cfg.Value, d.b.Field(3), r.Value)
-	d.b.Field(4).(*array.TimestampBuilder).Append(arrow.Timestamp(r.Timestamp.UnixMilli()))
+	d.reserve()
+	d.part.Append(r.Partition)
+	d.off.Append(r.Offset)
+	appendOrNull(d.cfg.Key, d.kb, r.Key)
+	appendOrNull(d.cfg.Value, d.vb, r.Value)
+	d.ts.Append(arrow.Timestamp(r.Timestamp.UnixMilli()))
 	d.hk.Append(true)
 	d.hv.Append(true)
-	kb := d.hk.ValueBuilder().(*array.StringBuilder)
-	vb := d.hv.ValueBuilder().(*array.BinaryBuilder)
 	for _, h := range r.Headers {
-		kb.Append(h.Key)
+		d.hkv.Append(h.Key)
 		if h.Value == nil {
-			vb.AppendNull()
+			d.hvv.AppendNull()
 		} else {
-			vb.Append(h.Value)
+			d.hvv.Append(h.Value)
 		}
 	}
 	d.reserved(r, 1)
@@ -233,7 +303,10 @@ func (d *noneDecoder) Add(r *kgo.Record) error {
 // upsertDecoder is the upsert envelope: one row per key.
 type upsertDecoder struct {
 	base
-	state map[string][]byte // key bytes -> current value bytes
+	// state maps key bytes to the current value bytes. A value is held by
+	// pointer so that a record of a known key updates it in place:
+	// assigning to the map would make a new string of the key.
+	state map[string]*[]byte
 }
 
 func (d *upsertDecoder) Add(r *kgo.Record) error {
@@ -246,29 +319,39 @@ func (d *upsertDecoder) Add(r *kgo.Record) error {
 	if err := d.check(r); err != nil {
 		return err
 	}
-	k := string(r.Key)
-	old, had := d.state[k]
+	d.reserve()
+	// string(r.Key) in a lookup or a delete makes no string.
+	old := d.state[string(r.Key)]
 	switch {
 	case r.Value == nil: // tombstone
-		if had {
-			d.row(r, r.Key, old, -1)
-			delete(d.state, k)
+		if old != nil {
+			d.row(r, r.Key, *old, -1)
+			delete(d.state, string(r.Key))
 		}
-	case had && bytes.Equal(old, r.Value):
+	case old == nil:
+		d.row(r, r.Key, r.Value, 1)
+		v := bytes.Clone(r.Value)
+		d.state[string(r.Key)] = &v
+	case bytes.Equal(*old, r.Value):
 		// Same value again: the retraction and insertion cancel.
 	default:
-		if had {
-			d.row(r, r.Key, old, -1)
-		}
+		d.row(r, r.Key, *old, -1)
 		d.row(r, r.Key, r.Value, 1)
-		d.state[k] = bytes.Clone(r.Value)
+		// The rows hold copies, so the old value's array can take the new
+		// value, unless it is too small, or so large that keeping it would
+		// hold on to memory the key no longer needs.
+		if n := len(r.Value); cap(*old) < n || cap(*old) > 2*n+64 {
+			*old = bytes.Clone(r.Value)
+		} else {
+			*old = append((*old)[:0], r.Value...)
+		}
 	}
 	return nil
 }
 
 func (d *upsertDecoder) row(r *kgo.Record, key, value []byte, diff int64) {
-	d.cfg.Key.Append(d.b.Field(0), key)
-	d.cfg.Value.Append(d.b.Field(1), value)
+	d.cfg.Key.Append(d.kb, key)
+	d.cfg.Value.Append(d.vb, value)
 	d.reserved(r, diff)
 }
 
@@ -288,7 +371,7 @@ func (d *upsertDecoder) LoadState(rec arrow.Record) error {
 	if !ok {
 		return fmt.Errorf("load upsert state: _diff is %s, want int64", rec.Column(di[0]).DataType())
 	}
-	state := make(map[string][]byte, rec.NumRows())
+	state := make(map[string]*[]byte, rec.NumRows())
 	for i := 0; i < int(rec.NumRows()); i++ {
 		if diffs.Value(i) != 1 {
 			return fmt.Errorf("load upsert state: row %d has multiplicity %d, but an upsert collection holds each key once", i, diffs.Value(i))
@@ -307,7 +390,7 @@ func (d *upsertDecoder) LoadState(rec arrow.Record) error {
 		if _, dup := state[string(k)]; dup {
 			return fmt.Errorf("load upsert state: key %q appears twice", k)
 		}
-		state[string(k)] = v
+		state[string(k)] = &v
 	}
 	d.state = state
 	return nil

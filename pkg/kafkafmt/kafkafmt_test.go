@@ -207,3 +207,119 @@ func TestUpsertEnvelope(t *testing.T) {
 		t.Errorf("after LoadState:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestUpsertValueReuse follows one key through values that fit in the
+// state's copy of the last value and values that do not.
+func TestUpsertValueReuse(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
+	defer mem.AssertSize(t, 0)
+	d := newDec(t, mem, "upsert", "bytes", "bytes")
+	defer d.Release()
+	long := strings.Repeat("L", 300)
+	var want []string
+	steps := []struct {
+		v    []byte
+		rows []string // besides the offset
+	}{
+		{[]byte("12345678"), []string{"a 12345678 +1"}},
+		{[]byte("1234567890123"), []string{"a 12345678 -1", "a 1234567890123 +1"}}, // longer
+		{[]byte("x"), []string{"a 1234567890123 -1", "a x +1"}},                    // shorter, in place
+		{[]byte(long), []string{"a x -1", "a " + long + " +1"}},                    // too long for the array
+		{[]byte("y"), []string{"a " + long + " -1", "a y +1"}},                     // the long array is dropped
+		{nil, []string{"a y -1"}},
+		{[]byte("z"), []string{"a z +1"}},
+		{[]byte("z"), nil},
+		{[]byte{}, []string{"a z -1", "a  +1"}},
+		{[]byte("w"), []string{"a  -1", "a w +1"}}, // the empty value, not a null
+	}
+	for i, s := range steps {
+		if err := d.Add(rec(0, int64(i), []byte("a"), s.v)); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range s.rows {
+			f := strings.Fields(r)
+			want = append(want, fmt.Sprintf("%s @0:%d %s", strings.TrimSuffix(r, " "+f[len(f)-1]), i, f[len(f)-1]))
+		}
+		// Flush now and then, so that rows outlive the state's arrays.
+		if i%3 == 2 {
+			r := d.Flush()
+			got := rows(t, r)
+			r.Release()
+			if strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Fatalf("after step %d:\n%s\nwant:\n%s", i, strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+			want = nil
+		}
+	}
+	r := d.Flush()
+	got := rows(t, r)
+	r.Release()
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if n := d.(Stateful).StateSize(); n != 1 {
+		t.Errorf("state size %d, want 1", n)
+	}
+
+	// A loaded empty value is retracted as the empty value too.
+	schema := arrow.NewSchema([]arrow.Field{{Name: "key", Type: arrow.BinaryTypes.Binary}, {Name: "value", Type: arrow.BinaryTypes.Binary}, {Name: "_diff", Type: arrow.PrimitiveTypes.Int64}}, nil)
+	b := array.NewRecordBuilder(mem, schema)
+	b.Field(0).(*array.BinaryBuilder).Append([]byte("e"))
+	b.Field(1).(*array.BinaryBuilder).Append([]byte{})
+	b.Field(2).(*array.Int64Builder).Append(1)
+	st := b.NewRecord()
+	b.Release()
+	if err := d.(Stateful).LoadState(st); err != nil {
+		t.Fatal(err)
+	}
+	st.Release()
+	for i, v := range []string{"", "v"} {
+		if err := d.Add(rec(1, int64(i), []byte("e"), []byte(v))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r = d.Flush()
+	got = rows(t, r)
+	r.Release()
+	if want := "e  @1:1 -1\ne v @1:1 +1"; strings.Join(got, "\n") != want {
+		t.Errorf("after LoadState:\n%s\nwant:\n%s", strings.Join(got, "\n"), want)
+	}
+}
+
+// TestNoneBatches checks batches smaller and larger than the one before,
+// whose sizes the decoder reserves.
+func TestNoneBatches(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
+	defer mem.AssertSize(t, 0)
+	d := newDec(t, mem, "none", "bytes", "text")
+	defer d.Release()
+	off := int64(0)
+	for _, n := range []int{3, 100, 7, 1, 300} {
+		var want []string
+		for i := 0; i < n; i++ {
+			v := strings.Repeat("v", int(off%50))
+			var hs []kgo.RecordHeader
+			hv := "[]"
+			if off%4 == 0 {
+				hs = []kgo.RecordHeader{{Key: "h", Value: []byte("x")}}
+				hv = `["eA=="]`
+			}
+			if err := d.Add(rec(int32(off%3), off, []byte(fmt.Sprint("k", off)), []byte(v), hs...)); err != nil {
+				t.Fatal(err)
+			}
+			hk := "[]"
+			if hs != nil {
+				hk = `["h"]`
+			}
+			ts := time.UnixMilli(1700000000000 + off).UTC().Format("2006-01-02 15:04:05.999Z")
+			want = append(want, fmt.Sprintf("%d %d k%d %s %s %s %s @%d:%d +1", off%3, off, off, v, ts, hk, hv, off%3, off))
+			off++
+		}
+		r := d.Flush()
+		got := rows(t, r)
+		r.Release()
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("batch of %d:\n%s\nwant:\n%s", n, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+}
