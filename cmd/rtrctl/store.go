@@ -125,7 +125,7 @@ func runStoreAppend(ctx context.Context, stdin io.Reader, stderr io.Writer, opts
 	}
 	r := pipe.NewReader(stdin, memory.DefaultAllocator)
 	defer r.Close()
-	stats, err := st.ApplyPipe(ctx, r, memory.DefaultAllocator, store.ApplyOptions{})
+	stats, err := st.ApplyPipe(ctx, r, store.ApplyOptions{})
 	slog.Info("store append", "dir", opts.dir, "streams", stats.Streams, "commits", stats.Commits,
 		"rows", stats.Rows, "skipped_replayed", stats.Skipped, "bindings", stats.Bindings, "errors", stats.Errors)
 	if err != nil {

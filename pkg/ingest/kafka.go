@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
-	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -284,7 +283,7 @@ func startKafkaRun(ctx context.Context, cfg KafkaConfig, topic string, keyF, val
 		return r, err
 	}
 
-	r.w = newStoreWriter(st, source, []string{topic}, memory.DefaultAllocator)
+	r.w = newStoreWriter(st, source, []string{topic})
 	r.w.afterCommit = cfg.AfterCommit
 	rc, err := reclock.New(ctx, st, source, frontier.DomainKafka, r.w, reclock.Options{Interval: cfg.Interval})
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
-	"github.com/apache/arrow/go/v17/arrow/memory"
 
 	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
@@ -130,7 +129,7 @@ func RunMySQL(ctx context.Context, cfg MySQLConfig) error {
 		return err
 	}
 
-	w := newStoreWriter(st, cfg.Source, tables, memory.DefaultAllocator)
+	w := newStoreWriter(st, cfg.Source, tables)
 	defer w.Close()
 	w.afterCommit = cfg.AfterCommit
 	rc, err := reclock.New(ctx, st, cfg.Source, domain, w, reclock.Options{Interval: cfg.Interval})

@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
-	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rtrctl/rtrctl/internal/hint"
@@ -130,7 +129,7 @@ func RunPG(ctx context.Context, cfg PGConfig) error {
 		return err
 	}
 
-	w := newStoreWriter(st, cfg.Source, tables, memory.DefaultAllocator)
+	w := newStoreWriter(st, cfg.Source, tables)
 	defer w.Close()
 	w.afterCommit = cfg.AfterCommit
 	if cfg.Metrics != nil {

@@ -9,9 +9,7 @@ import (
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
-	"github.com/apache/arrow/go/v17/arrow/memory"
 
-	"github.com/rtrctl/rtrctl/internal/arrowutil"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/store"
 )
@@ -33,7 +31,6 @@ import (
 type storeWriter struct {
 	st          *store.Store
 	source      string
-	mem         memory.Allocator
 	collections []string // every collection of the source, sorted
 
 	// Owned by the reclocker's caller.
@@ -86,10 +83,10 @@ func (j commitJob) release() {
 	}
 }
 
-func newStoreWriter(st *store.Store, source string, collections []string, mem memory.Allocator) *storeWriter {
+func newStoreWriter(st *store.Store, source string, collections []string) *storeWriter {
 	cs := append([]string{}, collections...)
 	sort.Strings(cs)
-	w := &storeWriter{st: st, source: source, mem: mem, collections: cs, pending: map[string]*buffered{}, errs: map[string][]string{},
+	w := &storeWriter{st: st, source: source, collections: cs, pending: map[string]*buffered{}, errs: map[string][]string{},
 		jobs: make(chan commitJob, 1), done: make(chan struct{})}
 	go w.committer()
 	return w
@@ -260,27 +257,19 @@ func (w *storeWriter) commit(ctx context.Context, c string, upper uint64, b *buf
 	}
 	cur := sh.Upper()
 	expected := cur
-	var rec arrow.Record
+	var recs []arrow.Record
 	var rows int64
 	if b != nil && b.rows > 0 {
 		rows = b.rows
 		if b.minTime < cur {
 			expected = b.minTime // a replay: verified against the store and skipped
 		}
-		// Records that are sorted runs (a Kafka fetch's partition chunks)
-		// concatenate in row order: the append then need not sort.
-		fs := b.schema.Fields()
-		recs := store.OrderRuns(fs[:len(fs)-2], b.recs)
-		rec, err = arrowutil.Concat(b.schema, recs, w.mem)
-		if err != nil {
-			return fmt.Errorf("commit %s: %w", c, err)
-		}
-		defer rec.Release()
+		recs = b.recs
 	}
 	if upper <= expected {
 		return nil // already durable
 	}
-	res, err := sh.Append(ctx, expected, upper, rec)
+	res, err := sh.Append(ctx, expected, upper, recs...)
 	if err != nil {
 		return fmt.Errorf("commit %s: %w", c, err)
 	}

@@ -43,7 +43,7 @@ func TestStoreWriterCommitsInBackground(t *testing.T) {
 	}
 
 	var committed []uint64
-	w := newStoreWriter(st, "src", []string{"c"}, memory.DefaultAllocator)
+	w := newStoreWriter(st, "src", []string{"c"})
 	w.afterCommit = func(_ string, upper uint64) { committed = append(committed, upper) }
 	for i := uint64(0); i < 5; i++ {
 		data(w, int64(i), 10+i)
@@ -90,7 +90,7 @@ func TestStoreWriterCommitsInBackground(t *testing.T) {
 	}
 
 	// Closed: nothing more is handed over.
-	w2 := newStoreWriter(st, "src", []string{"c"}, memory.DefaultAllocator)
+	w2 := newStoreWriter(st, "src", []string{"c"})
 	w2.Close()
 	data(w2, 1, 20)
 	if err := w2.Progress(21); !errors.Is(err, errWriterClosed) {

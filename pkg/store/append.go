@@ -71,7 +71,13 @@ type AppendResult struct {
 //     If it differs, *UpperMismatchError. If compaction advanced since past
 //     expectedUpper the durable part cannot be compared and is skipped
 //     unverified (AppendResult.Verified is false).
-func (sh *Shard) Append(ctx context.Context, expectedUpper, newUpper uint64, rec arrow.Record) (AppendResult, error) {
+//
+// The batch may come as several records (runs) of the same schema. Runs
+// that are each sorted and consolidated and do not overlap, like the
+// partition chunks of a Kafka fetch keyed by (partition, offset), are
+// written as they are, in row order, without a sort or a copy; other runs
+// are concatenated and sorted.
+func (sh *Shard) Append(ctx context.Context, expectedUpper, newUpper uint64, recs ...arrow.Record) (AppendResult, error) {
 	if sh.kind != kindData {
 		return AppendResult{}, fmt.Errorf("append %s: use AppendBindings for a remap shard: %w", sh.what(), ErrInvalid)
 	}
@@ -81,12 +87,16 @@ func (sh *Shard) Append(ctx context.Context, expectedUpper, newUpper uint64, rec
 	if _, err := sh.refresh(ctx); err != nil {
 		return AppendResult{}, err
 	}
-	in, err := sh.prepareInput(rec, expectedUpper, newUpper)
-	if err != nil {
-		return AppendResult{}, err
-	}
-	if in != nil {
-		defer in.Release()
+	var in runs
+	defer in.release()
+	for _, rec := range recs {
+		r, err := sh.prepareInput(rec, expectedUpper, newUpper)
+		if err != nil {
+			return AppendResult{}, err
+		}
+		if r != nil {
+			in = append(in, r)
+		}
 	}
 	return sh.appendData(ctx, expectedUpper, newUpper, in)
 }
@@ -96,7 +106,7 @@ func (sh *Shard) mismatch(expected, actual uint64, reason string) *UpperMismatch
 }
 
 // appendData commits in (nil for none) over [expected, newUpper).
-func (sh *Shard) appendData(ctx context.Context, expected, newUpper uint64, in arrow.Record) (AppendResult, error) {
+func (sh *Shard) appendData(ctx context.Context, expected, newUpper uint64, in runs) (AppendResult, error) {
 	var batch *BatchMeta
 	removeBatch := func() {
 		if batch != nil {
@@ -124,14 +134,14 @@ func (sh *Shard) appendData(ctx context.Context, expected, newUpper uint64, in a
 		}
 		if !prepared {
 			prepared = true
-			if in != nil {
+			if len(in) > 0 {
 				sorted, err := sh.sortConsolidate(in)
 				if err != nil {
 					return AppendResult{}, fmt.Errorf("append %s: %w", sh.what(), err)
 				}
-				if sorted != nil {
-					meta, err := sh.writeBatch(ctx, sorted, expected, newUpper)
-					sorted.Release()
+				if len(sorted) > 0 {
+					meta, err := sh.writeBatch(ctx, expected, newUpper, sorted...)
+					sorted.release()
 					if err != nil {
 						return AppendResult{}, fmt.Errorf("append %s: %w", sh.what(), err)
 					}
@@ -172,7 +182,7 @@ func (sh *Shard) appendData(ctx context.Context, expected, newUpper uint64, in a
 }
 
 // replayData handles an append whose expected upper is below the shard's.
-func (sh *Shard) replayData(ctx context.Context, m *Manifest, expected, newUpper uint64, in arrow.Record) (AppendResult, error) {
+func (sh *Shard) replayData(ctx context.Context, m *Manifest, expected, newUpper uint64, in runs) (AppendResult, error) {
 	durEnd := min(m.Upper, newUpper)
 	verified := false
 	if m.Since <= expected {
@@ -194,9 +204,7 @@ func (sh *Shard) replayData(ctx context.Context, m *Manifest, expected, newUpper
 		return AppendResult{Status: Skipped, SkippedTo: newUpper, Verified: verified, Upper: m.Upper, Version: m.Version}, nil
 	}
 	rest := sh.filterFrom(in, m.Upper)
-	if rest != nil {
-		defer rest.Release()
-	}
+	defer rest.release()
 	r, err := sh.appendData(ctx, m.Upper, newUpper, rest)
 	if err != nil {
 		return r, err
@@ -207,7 +215,7 @@ func (sh *Shard) replayData(ctx context.Context, m *Manifest, expected, newUpper
 
 // sameAsDurable reports whether in's updates at times in [lo, hi) equal,
 // consolidated, the shard's.
-func (sh *Shard) sameAsDurable(ctx context.Context, m *Manifest, lo, hi uint64, in arrow.Record) (bool, error) {
+func (sh *Shard) sameAsDurable(ctx context.Context, m *Manifest, lo, hi uint64, in runs) (bool, error) {
 	rs, err := newRunSet(sh.Schema().Fields())
 	if err != nil {
 		return false, err
@@ -218,12 +226,11 @@ func (sh *Shard) sameAsDurable(ctx context.Context, m *Manifest, lo, hi uint64, 
 		return false, err
 	}
 	var mine []ent
-	if in != nil {
-		run := rs.add(in)
-		mine = rs.ents(run, lo, hi)
-		rs.sortTimeRow(mine)
-		mine = rs.consolidateRowTime(mine)
+	for _, rec := range in {
+		mine = append(mine, rs.ents(rs.add(rec), lo, hi)...)
 	}
+	rs.sortTimeRow(mine)
+	mine = rs.consolidateRowTime(mine)
 	if len(mine) != len(stored) {
 		return false, nil
 	}

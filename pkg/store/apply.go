@@ -10,9 +10,7 @@ import (
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
-	"github.com/apache/arrow/go/v17/arrow/memory"
 
-	"github.com/rtrctl/rtrctl/internal/arrowutil"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 )
@@ -83,7 +81,7 @@ type pending struct {
 // store exactly as it was, unless the pipe took longer than a group
 // interval to arrive. Rows not closed by a progress record are never
 // committed. Shards are created only by their first commit.
-func (s *Store) ApplyPipe(ctx context.Context, r *pipe.Reader, mem memory.Allocator, opts ApplyOptions) (ApplyStats, error) {
+func (s *Store) ApplyPipe(ctx context.Context, r *pipe.Reader, opts ApplyOptions) (ApplyStats, error) {
 	if opts.GroupInterval <= 0 {
 		opts.GroupInterval = DefaultGroupInterval
 	}
@@ -203,7 +201,7 @@ func (s *Store) ApplyPipe(ctx context.Context, r *pipe.Reader, mem memory.Alloca
 					pend[c] = p
 					order = append(order, c)
 				}
-				op, err := s.prepareCommit(ctx, c, p, f.Pos(), mem, &st)
+				op, err := s.prepareCommit(ctx, c, p, f.Pos(), &st)
 				if err != nil {
 					return st, fmt.Errorf("apply pipe: stream %d: %w", stream.Index, err)
 				}
@@ -236,7 +234,7 @@ func (s *Store) ApplyPipe(ctx context.Context, r *pipe.Reader, mem memory.Alloca
 				pend[h.Collection] = p
 				order = append(order, h.Collection)
 			}
-			op, err := s.prepareError(ctx, h.Collection, p, t, msg, mem, &st)
+			op, err := s.prepareError(ctx, h.Collection, p, t, msg, &st)
 			if err != nil {
 				return st, fmt.Errorf("apply pipe: stream %d: %w", stream.Index, err)
 			}
@@ -311,7 +309,7 @@ func pipeUserFields(s *arrow.Schema) []arrow.Field {
 // prepareCommit checks that p's rows can be committed to collection name
 // with its upper advanced to newUpper, detaches them from p, and returns
 // the operation that commits them.
-func (s *Store) prepareCommit(ctx context.Context, name string, p *pending, newUpper uint64, mem memory.Allocator, st *ApplyStats) (func() error, error) {
+func (s *Store) prepareCommit(ctx context.Context, name string, p *pending, newUpper uint64, st *ApplyStats) (func() error, error) {
 	if newUpper < p.closed {
 		return nil, fmt.Errorf("progress of %s went backwards: %d after %d", name, newUpper, p.closed)
 	}
@@ -363,14 +361,7 @@ func (s *Store) prepareCommit(ctx context.Context, name string, p *pending, newU
 		if newUpper <= expected && rows == 0 {
 			return nil // nothing new
 		}
-		rec, err := arrowutil.Concat(schema, recs, mem)
-		if err != nil {
-			return err
-		}
-		if rec != nil {
-			defer rec.Release()
-		}
-		res, err := sh.Append(ctx, expected, newUpper, rec)
+		res, err := sh.Append(ctx, expected, newUpper, recs...)
 		if err != nil {
 			return err
 		}
@@ -386,11 +377,11 @@ func (s *Store) prepareCommit(ctx context.Context, name string, p *pending, newU
 
 // prepareError returns the operation that commits p's rows up to t and
 // then records the definite error msg of collection name at t.
-func (s *Store) prepareError(ctx context.Context, name string, p *pending, t uint64, msg string, mem memory.Allocator, st *ApplyStats) (func() error, error) {
+func (s *Store) prepareError(ctx context.Context, name string, p *pending, t uint64, msg string, st *ApplyStats) (func() error, error) {
 	var commit func() error
 	if t > p.closed || p.rows > 0 {
 		var err error
-		if commit, err = s.prepareCommit(ctx, name, p, t, mem, st); err != nil {
+		if commit, err = s.prepareCommit(ctx, name, p, t, st); err != nil {
 			return nil, err
 		}
 	}

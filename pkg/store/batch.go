@@ -38,17 +38,19 @@ func withColumns(user *arrow.Schema, extra ...arrow.Field) *arrow.Schema {
 	return arrow.NewSchema(fs, &md)
 }
 
-// encodeBatch writes a record as an Arrow IPC file to w and returns the
+// encodeBatch writes records as one Arrow IPC file to w and returns the
 // file's size and CRC-32C. It streams: a batch is never held twice in
 // memory.
-func encodeBatch(w io.Writer, rec arrow.Record) (size int64, crc uint32, err error) {
+func encodeBatch(w io.Writer, recs ...arrow.Record) (size int64, crc uint32, err error) {
 	bw := &batchWriter{buf: bufio.NewWriterSize(w, 1<<20)}
-	fw, err := ipc.NewFileWriter(bw, ipc.WithSchema(rec.Schema()))
+	fw, err := ipc.NewFileWriter(bw, ipc.WithSchema(recs[0].Schema()))
 	if err != nil {
 		return 0, 0, fmt.Errorf("encode batch: %w", err)
 	}
-	if err := fw.Write(rec); err != nil {
-		return 0, 0, fmt.Errorf("encode batch: %w", err)
+	for _, rec := range recs {
+		if err := fw.Write(rec); err != nil {
+			return 0, 0, fmt.Errorf("encode batch: %w", err)
+		}
 	}
 	if err := fw.Close(); err != nil {
 		return 0, 0, fmt.Errorf("encode batch: %w", err)

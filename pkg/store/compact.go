@@ -256,7 +256,7 @@ func (sh *Shard) mergeData(ctx context.Context, in []BatchMeta, since uint64) (*
 	}
 	rec := rs.build(sh.batchSchema(), es, true)
 	defer rec.Release()
-	meta, err := sh.writeBatch(ctx, rec, lower, upper)
+	meta, err := sh.writeBatch(ctx, lower, upper, rec)
 	if err != nil {
 		return nil, 0, err
 	}

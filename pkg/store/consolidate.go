@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"math/bits"
 	"slices"
 
@@ -124,45 +125,56 @@ func (rs *runSet) cmpRowTime(a, b *ent) int {
 	if r := rs.cmpRow(a, b); r != 0 {
 		return r
 	}
-	switch {
-	case a.time < b.time:
-		return -1
-	case a.time > b.time:
-		return 1
-	}
-	return 0
+	return cmp.Compare(a.time, b.time)
 }
 
-// strictlySorted reports whether run r's updates are in strictly
-// increasing (row, time) order with no zero diff: sorted and consolidated
-// already. It stops at the first update out of order, so an unsorted run
-// costs next to nothing.
-func (rs *runSet) strictlySorted(r int) bool {
-	times, diffs := rs.times[r], rs.diffs[r]
-	for i := range times {
-		if diffs[i] == 0 {
-			return false
+// inOrder returns the runs in an order in which their updates, one run
+// after the other, are in strictly increasing (row, time) order with no
+// zero diff (sorted and consolidated already), or nil when there is none:
+// each run must be so itself, and they must not overlap, as the
+// per-partition chunks of a Kafka fetch keyed by (partition, offset) do
+// not. It stops at the first update out of order, so unsorted runs cost
+// next to nothing.
+func (rs *runSet) inOrder() []int {
+	for r, times := range rs.times {
+		if len(times) == 0 {
+			return nil
 		}
-		if i == 0 {
-			continue
-		}
-		a := ent{time: times[i-1], run: uint32(r), row: uint32(i - 1)}
-		b := ent{time: times[i], run: uint32(r), row: uint32(i)}
-		c := rs.cmpCols(&a, &b, 0)
-		if c > 0 || c == 0 && a.time >= b.time {
-			return false
+		for i, d := range rs.diffs[r] {
+			if d == 0 || i > 0 && rs.cmpUpdates(r, i-1, r, i) >= 0 {
+				return nil
+			}
 		}
 	}
-	return true
+	order := make([]int, len(rs.recs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return rs.cmpUpdates(a, 0, b, 0) })
+	for k := 1; k < len(order); k++ {
+		a, b := order[k-1], order[k]
+		if rs.cmpUpdates(a, len(rs.times[a])-1, b, 0) >= 0 {
+			return nil
+		}
+	}
+	return order
+}
+
+// cmpUpdates orders update i of run a and update j of run b by row, then
+// time.
+func (rs *runSet) cmpUpdates(a, i, b, j int) int {
+	x := ent{time: rs.times[a][i], run: uint32(a), row: uint32(i)}
+	y := ent{time: rs.times[b][j], run: uint32(b), row: uint32(j)}
+	if c := rs.cmpCols(&x, &y, 0); c != 0 {
+		return c
+	}
+	return cmp.Compare(x.time, y.time)
 }
 
 // cmpTimeRow orders by time, then row.
 func (rs *runSet) cmpTimeRow(a, b *ent) int {
-	switch {
-	case a.time < b.time:
-		return -1
-	case a.time > b.time:
-		return 1
+	if c := cmp.Compare(a.time, b.time); c != 0 {
+		return c
 	}
 	return rs.cmpRow(a, b)
 }

@@ -2,7 +2,6 @@ package store
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/apache/arrow/go/v17/arrow"
 )
@@ -70,67 +69,4 @@ func Consolidate(user []arrow.Field, recs []arrow.Record, opts ConsolidateOption
 	}
 	rs.sortRowTime(es)
 	return rs.build(withColumns(schema, diffField), rs.consolidateRow(es), false), nil
-}
-
-// OrderRuns returns recs in an order whose concatenation is sorted by row
-// and time when that is possible by reordering whole records: when each
-// record is sorted itself and their ranges do not overlap, as the
-// per-partition chunks of a Kafka fetch ordered by (partition, offset)
-// are. Appending such a concatenation skips the sort and the gather.
-// Otherwise recs come back in their order (an append sorts them anyway).
-// Each record has the fields of user, then _time and _diff. It costs about
-// one row comparison per row.
-func OrderRuns(user []arrow.Field, recs []arrow.Record) []arrow.Record {
-	if len(recs) < 2 {
-		return recs
-	}
-	rs, err := newRunSet(user)
-	if err != nil {
-		return recs
-	}
-	defer rs.release()
-	for _, rec := range recs {
-		if rec.NumRows() == 0 || int(rec.NumCols()) != len(user)+2 {
-			return recs
-		}
-		rs.add(rec)
-	}
-	at := func(r, i int) ent {
-		return ent{time: rs.times[r][i], run: uint32(r), row: uint32(i)}
-	}
-	cmp := func(a, b ent) int {
-		if c := rs.cmpCols(&a, &b, 0); c != 0 {
-			return c
-		}
-		switch {
-		case a.time < b.time:
-			return -1
-		case a.time > b.time:
-			return 1
-		}
-		return 0
-	}
-	for r, rec := range recs {
-		for i := 1; i < int(rec.NumRows()); i++ {
-			if cmp(at(r, i-1), at(r, i)) > 0 {
-				return recs
-			}
-		}
-	}
-	idx := make([]int, len(recs))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortStableFunc(idx, func(a, b int) int { return cmp(at(a, 0), at(b, 0)) })
-	for k := 1; k < len(idx); k++ {
-		prev := idx[k-1]
-		if cmp(at(prev, int(recs[prev].NumRows())-1), at(idx[k], 0)) > 0 {
-			return recs
-		}
-	}
-	out := make([]arrow.Record, len(recs))
-	for k, i := range idx {
-		out[k] = recs[i]
-	}
-	return out
 }

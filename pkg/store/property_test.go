@@ -65,10 +65,23 @@ func runProperty(t *testing.T, nested bool) {
 					}
 				}
 				rec := buildRecord(t, fields, ups)
-				if _, err := sh.Append(ctx, upper, upper+width, rec); err != nil {
+				// Sometimes as several runs (slices of the record).
+				in := []arrow.Record{rec}
+				if n := rec.NumRows(); n > 1 && r.IntN(2) == 0 {
+					in = nil
+					for lo := int64(0); lo < n; {
+						hi := min(n, lo+1+int64(r.IntN(int(n))))
+						in = append(in, rec.NewSlice(lo, hi))
+						lo = hi
+					}
+					rec.Release()
+				}
+				if _, err := sh.Append(ctx, upper, upper+width, in...); err != nil {
 					t.Fatalf("step %d: append: %v", step, err)
 				}
-				rec.Release()
+				for _, x := range in {
+					x.Release()
+				}
 				m.ups = append(m.ups, ups...)
 				upper += width
 				compacted := r.IntN(5) == 0

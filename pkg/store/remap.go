@@ -110,7 +110,7 @@ func (sh *Shard) appendBindings(ctx context.Context, expected, newUpper uint64, 
 		}
 		if len(bs) > 0 && batch == nil {
 			rec := encodeBindings(bs)
-			meta, err := sh.writeBatch(ctx, rec, expected, newUpper)
+			meta, err := sh.writeBatch(ctx, expected, newUpper, rec)
 			rec.Release()
 			if err != nil {
 				return AppendResult{}, fmt.Errorf("append bindings of %s: %w", sh.what(), err)
@@ -343,7 +343,7 @@ func (sh *Shard) mergeRemap(ctx context.Context, in []BatchMeta, since uint64) (
 	}
 	rec := encodeBindings(keep)
 	defer rec.Release()
-	meta, err := sh.writeBatch(ctx, rec, lower, upper)
+	meta, err := sh.writeBatch(ctx, lower, upper, rec)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -13,7 +13,9 @@ import (
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/memory"
 
+	"github.com/rtrctl/rtrctl/internal/arrowutil"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 )
 
@@ -267,14 +269,17 @@ func (sh *Shard) commit(ctx context.Context, next *Manifest) (linked bool, err e
 
 // writeBatch writes rec as a new batch file covering [lower, upper):
 // temporary file, sync, close, rename, sync the directory.
-func (sh *Shard) writeBatch(ctx context.Context, rec arrow.Record, lower, upper uint64) (BatchMeta, error) {
+func (sh *Shard) writeBatch(ctx context.Context, lower, upper uint64, recs ...arrow.Record) (BatchMeta, error) {
 	if err := ctx.Err(); err != nil {
 		return BatchMeta{}, fmt.Errorf("write batch: %w", err)
 	}
-	var size int64
+	var size, rows int64
 	var crc uint32
+	for _, rec := range recs {
+		rows += rec.NumRows()
+	}
 	tmp, err := writeTempWith(sh.st.fs, sh.dir, "batch-", func(w io.Writer) (err error) {
-		size, crc, err = encodeBatch(w, rec)
+		size, crc, err = encodeBatch(w, recs...)
 		return err
 	})
 	if err != nil {
@@ -290,7 +295,7 @@ func (sh *Shard) writeBatch(ctx context.Context, rec arrow.Record, lower, upper 
 		sh.st.fs.Remove(final)
 		return BatchMeta{}, fmt.Errorf("write batch: sync directory: %w", err)
 	}
-	return BatchMeta{File: name, Lower: lower, Upper: upper, Rows: rec.NumRows(), Bytes: size, CRC32C: crc}, nil
+	return BatchMeta{File: name, Lower: lower, Upper: upper, Rows: rows, Bytes: size, CRC32C: crc}, nil
 }
 
 // loadBatch reads and checks one batch file. The caller releases the
@@ -543,64 +548,75 @@ func (sh *Shard) prepareInput(rec arrow.Record, lower, upper uint64) (arrow.Reco
 	return array.NewRecord(sh.batchSchema(), cols, rec.NumRows()), nil
 }
 
-// sortConsolidate returns in sorted by (row, time) and consolidated, or nil
-// when everything cancels. The result is in itself (retained) when it
-// already was sorted and consolidated.
-func (sh *Shard) sortConsolidate(in arrow.Record) (arrow.Record, error) {
+// runs are the records of one batch, in store column order.
+type runs []arrow.Record
+
+func (in runs) release() {
+	for _, r := range in {
+		r.Release()
+	}
+}
+
+// sortConsolidate returns in sorted by (row, time) and consolidated: its
+// runs themselves (retained, perhaps reordered) when they are so already,
+// one after the other, else one record; nothing when everything cancels.
+func (sh *Shard) sortConsolidate(in runs) (runs, error) {
 	rs, err := newRunSet(sh.Schema().Fields())
 	if err != nil {
 		return nil, err
 	}
 	defer rs.release()
-	run := rs.add(in)
-	if rs.strictlySorted(run) {
-		in.Retain()
-		return in, nil // sorted and nothing to consolidate
+	for _, rec := range in {
+		rs.add(rec)
 	}
-	es := rs.ents(run, 0, ^uint64(0))
-	if len(es) != int(in.NumRows()) {
+	if order := rs.inOrder(); order != nil {
+		out := make(runs, len(in))
+		for k, i := range order {
+			in[i].Retain()
+			out[k] = in[i]
+		}
+		return out, nil // nothing to sort or consolidate
+	}
+	rec := in[0]
+	if len(in) > 1 {
+		// One run, so that prefixes can pack leading columns rebased to
+		// their ranges in it.
+		if rec, err = arrowutil.Concat(sh.batchSchema(), in, memory.DefaultAllocator); err != nil {
+			return nil, fmt.Errorf("sort batch: %w", err)
+		}
+		defer rec.Release()
+		rs.release()
+		if rs, err = newRunSet(sh.Schema().Fields()); err != nil {
+			return nil, err
+		}
+		defer rs.release()
+		rs.add(rec)
+	}
+	es := rs.ents(0, 0, ^uint64(0))
+	if len(es) != int(rec.NumRows()) {
 		// _time == MaxUint64 cannot be below an upper; prepareInput checked.
 		return nil, fmt.Errorf("sort batch: time out of range: %w", ErrInvalid)
 	}
-	// One run only: its prefixes may pack leading columns rebased to
-	// their ranges in it.
-	rs.packPrefixes(run, es)
+	rs.packPrefixes(0, es)
 	rs.sortRowTime(es)
-	n := len(es)
-	es = rs.consolidateRowTime(es)
-	if len(es) == 0 {
+	if es = rs.consolidateRowTime(es); len(es) == 0 {
 		return nil, nil
 	}
-	if len(es) == n {
-		identity := true
-		for i, e := range es {
-			if int(e.row) != i {
-				identity = false
-				break
-			}
-		}
-		if identity {
-			in.Retain()
-			return in, nil
-		}
-	}
-	return rs.build(sh.batchSchema(), es, true), nil
+	return runs{rs.build(sh.batchSchema(), es, true)}, nil
 }
 
-// filterFrom returns the rows of in with _time >= t (nil when none).
-func (sh *Shard) filterFrom(in arrow.Record, t uint64) arrow.Record {
-	if in == nil {
-		return nil
+// filterFrom returns the rows of in with _time >= t.
+func (sh *Shard) filterFrom(in runs, t uint64) runs {
+	var out runs
+	for _, rec := range in {
+		rs, err := newRunSet(sh.Schema().Fields())
+		if err != nil {
+			return nil
+		}
+		if es := rs.ents(rs.add(rec), t, ^uint64(0)); len(es) > 0 {
+			out = append(out, rs.build(sh.batchSchema(), es, true))
+		}
+		rs.release()
 	}
-	rs, err := newRunSet(sh.Schema().Fields())
-	if err != nil {
-		return nil
-	}
-	defer rs.release()
-	run := rs.add(in)
-	es := rs.ents(run, t, ^uint64(0))
-	if len(es) == 0 {
-		return nil
-	}
-	return rs.build(sh.batchSchema(), es, true)
+	return out
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -114,13 +115,7 @@ func TestPackedPrefixSort(t *testing.T) {
 				if c := rs.cmpCols(a, b, 0); c != 0 {
 					return c
 				}
-				switch {
-				case a.time < b.time:
-					return -1
-				case a.time > b.time:
-					return 1
-				}
-				return 0
+				return cmp.Compare(a.time, b.time)
 			}
 			for k := 0; k < 5000; k++ {
 				a, b := &es[rng.IntN(len(es))], &es[rng.IntN(len(es))]
@@ -161,46 +156,66 @@ func TestPackedPrefixSort(t *testing.T) {
 	}
 }
 
-// TestOrderRuns: sorted, non-overlapping runs come back in row order;
-// overlapping or unsorted runs come back as they were.
-func TestOrderRuns(t *testing.T) {
+// TestAppendRunsInOrder: sorted, non-overlapping runs are stored as they
+// are, in row order; overlapping or unsorted runs are merged into one.
+func TestAppendRunsInOrder(t *testing.T) {
+	ctx := context.Background()
+	st, err := Open(ctx, t.TempDir(), Options{Retain: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	user := []arrow.Field{{Name: "p", Type: arrow.PrimitiveTypes.Int32}, {Name: "o", Type: arrow.PrimitiveTypes.Int64}}
+	sh, err := st.CreateShard(ctx, "t.runs", arrow.NewSchema(user, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
 	full := arrow.NewSchema(append(append([]arrow.Field{}, user...),
 		arrow.Field{Name: "_time", Type: arrow.PrimitiveTypes.Uint64}, arrow.Field{Name: "_diff", Type: arrow.PrimitiveTypes.Int64}), nil)
+	upper := uint64(0)
 	run := func(p int32, offs ...int64) arrow.Record {
 		b := array.NewRecordBuilder(memory.DefaultAllocator, full)
 		defer b.Release()
 		for _, o := range offs {
 			b.Field(0).(*array.Int32Builder).Append(p)
 			b.Field(1).(*array.Int64Builder).Append(o)
-			b.Field(2).(*array.Uint64Builder).Append(5)
+			b.Field(2).(*array.Uint64Builder).Append(upper)
 			b.Field(3).(*array.Int64Builder).Append(1)
 		}
 		return b.NewRecord()
 	}
-	first := func(recs []arrow.Record) []string {
-		var out []string
-		for _, r := range recs {
-			out = append(out, fmt.Sprintf("%d:%d", r.Column(0).(*array.Int32).Value(0), r.Column(1).(*array.Int64).Value(0)))
-		}
-		return out
-	}
 	for _, tc := range []struct {
 		name string
-		recs []arrow.Record
-		want []string
+		recs func() []arrow.Record
+		want string // first rows of the stored records
 	}{
-		{"interleaved partitions", []arrow.Record{run(1, 10, 11), run(0, 5, 6), run(1, 12), run(0, 7, 9)}, []string{"0:5", "0:7", "1:10", "1:12"}},
-		{"overlapping", []arrow.Record{run(1, 10, 13), run(1, 12, 14)}, []string{"1:10", "1:12"}},
-		{"unsorted run", []arrow.Record{run(1, 10, 11), run(0, 7, 6)}, []string{"1:10", "0:7"}},
-		{"one run", []arrow.Record{run(2, 1)}, []string{"2:1"}},
+		{"interleaved partitions", func() []arrow.Record { return []arrow.Record{run(1, 10, 11), run(0, 5, 6), run(1, 12), run(0, 7, 9)} }, "[0:5 0:7 1:10 1:12]"},
+		{"overlapping", func() []arrow.Record { return []arrow.Record{run(1, 10, 13), run(1, 12, 14)} }, "[1:10]"},
+		{"unsorted run", func() []arrow.Record { return []arrow.Record{run(1, 10, 11), run(0, 7, 6)} }, "[0:6]"},
+		{"one run", func() []arrow.Record { return []arrow.Record{run(2, 1)} }, "[2:1]"},
 	} {
-		got := first(OrderRuns(user, tc.recs))
-		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
-			t.Errorf("%s: runs start at %v, want %v", tc.name, got, tc.want)
+		recs := tc.recs()
+		if _, err := sh.Append(ctx, upper, upper+1, recs...); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
 		}
-		for _, r := range tc.recs {
+		for _, r := range recs {
 			r.Release()
+		}
+		upper++
+		info, err := sh.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored, err := sh.loadBatch(ctx, info.Batches[len(info.Batches)-1].BatchMeta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range stored {
+			got = append(got, fmt.Sprintf("%d:%d", r.Column(0).(*array.Int32).Value(0), r.Column(1).(*array.Int64).Value(0)))
+			r.Release()
+		}
+		if fmt.Sprint(got) != tc.want {
+			t.Errorf("%s: stored records start at %v, want %s", tc.name, got, tc.want)
 		}
 	}
 }
@@ -255,6 +270,48 @@ func TestAppendSortedInput(t *testing.T) {
 		}
 		upper = next
 	}
+	// Runs: in order they are stored as they are (several records in one
+	// batch file); overlapping they are merged; a replay of runs is
+	// verified against what they stored.
+	runs := func(first int64, at uint64) []arrow.Record {
+		return []arrow.Record{rec([3]int64{first, int64(at), 1}, [3]int64{first + 1, int64(at), 1}), rec([3]int64{first + 2, int64(at), 1}), rec([3]int64{first + 3, int64(at), 1}, [3]int64{first + 4, int64(at), 1})}
+	}
+	release := func(recs []arrow.Record) {
+		for _, r := range recs {
+			r.Release()
+		}
+	}
+	in := runs(10, upper)
+	res, err := sh.Append(ctx, upper, upper+1, in...)
+	if err != nil || res.Rows != 5 {
+		t.Fatalf("runs in order: %d rows (%v), want 5", res.Rows, err)
+	}
+	info, err := sh.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := info.Batches[len(info.Batches)-1]
+	stored, err := sh.loadBatch(ctx, b.BatchMeta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) != 3 || b.Rows != 5 {
+		t.Fatalf("last batch has %d records and %d rows, want the 3 runs as they came, 5 rows", len(stored), b.Rows)
+	}
+	release(stored)
+	res, err = sh.Append(ctx, upper, upper+1, in...)
+	if err != nil || res.Status != Skipped || !res.Verified {
+		t.Fatalf("replayed runs: %+v (%v), want skipped and verified", res, err)
+	}
+	release(in)
+	upper++
+	in = []arrow.Record{rec([3]int64{20, int64(upper), 1}, [3]int64{22, int64(upper), 1}), rec([3]int64{21, int64(upper), 1}, [3]int64{22, int64(upper), 1})}
+	res, err = sh.Append(ctx, upper, upper+1, in...)
+	if err != nil || res.Rows != 3 {
+		t.Fatalf("overlapping runs: %d rows (%v), want 3", res.Rows, err)
+	}
+	release(in)
+	upper++
 	got, err := sh.ReadAsOf(ctx, upper-1)
 	if err != nil {
 		t.Fatal(err)
@@ -264,7 +321,7 @@ func TestAppendSortedInput(t *testing.T) {
 	for i := 0; i < int(got.NumRows()); i++ {
 		ks = append(ks, fmt.Sprintf("%d*%d", got.Column(0).(*array.Int64).Value(i), got.Column(1).(*array.Int64).Value(i)))
 	}
-	if want := "[2*1 3*2 4*1 5*1 7*1]"; fmt.Sprint(ks) != want {
+	if want := "[2*1 3*2 4*1 5*1 7*1 10*1 11*1 12*1 13*1 14*1 20*1 21*1 22*2]"; fmt.Sprint(ks) != want {
 		t.Errorf("read %v, want %s", ks, want)
 	}
 }
