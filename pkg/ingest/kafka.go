@@ -190,6 +190,9 @@ func RunKafka(ctx context.Context, cfg KafkaConfig) error {
 	err = replicate.StreamKafka(streamCtx, replicate.KafkaConfig{
 		Brokers: cfg.Brokers, Topics: topics, MaxRecordBytes: cfg.MaxRecordBytes,
 		CheckInterval: cfg.CheckInterval, Logger: log, OnStart: cfg.OnStart,
+		// Whole partition chunks of a fetch per record: the reclocker
+		// holds them anyway, and an upsert decoder nets over a record.
+		FlushRows: 1 << 20,
 	}, &kafkaSink{ctx: streamCtx, runs: runs})
 	stopStream()
 	if terr := bg.wait(); terr != nil {
@@ -326,6 +329,25 @@ func startKafkaRun(ctx context.Context, cfg KafkaConfig, topic string, keyF, val
 			return r, fmt.Errorf("ingest %s: %w", source, err)
 		}
 		cfg.Logger.Info("upsert state rebuilt from the store", "source", source, "keys", s.StateSize(), "as_of", durable-1)
+	}
+	// Upsert: net each batch's records per key (one retraction and one
+	// insertion per key instead of per record). The stream reports
+	// progress only between batches, so one binding covers a batch, except
+	// that bindings made before this run may split the records below the
+	// last one's frontier: those stay record by record.
+	if n, ok := dec.(kafkafmt.Netting); ok {
+		from := map[int32]int64{}
+		if bs := rc.Bindings(); len(bs) > 0 {
+			last := bs[len(bs)-1].Frontier
+			for _, p := range last.Partitions() {
+				pn, err := parsePartitionNumber(p)
+				if err != nil {
+					return r, fmt.Errorf("ingest %s: binding partition %q: %w", source, p, err)
+				}
+				from[pn] = int64(last.Get(p))
+			}
+		}
+		n.NetFrom(from)
 	}
 	cfg.Logger.Info("resume", "source", source, "from", r.start.String(), "durable_upper", durable)
 	return r, nil

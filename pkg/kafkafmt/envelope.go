@@ -74,6 +74,23 @@ type Stateful interface {
 	StateSize() int
 }
 
+// Netting is implemented by decoders that can emit the net change of a
+// batch (upsert): for each key touched between two Flushes, the
+// retraction of its value before the batch and the insertion of its value
+// after it, at the position of its last record, instead of a retraction
+// and an insertion per record. Once consolidated at one time the two are
+// the same; netting spares the store rows that cancel, which is most of
+// them when keys are updated often.
+type Netting interface {
+	// NetFrom nets the records of partition p from offset from[p] on
+	// (every offset of a partition not in from). The caller promises that
+	// all netted records between two Flushes are released at one time:
+	// ingest reports progress only after a Flush, so that one binding
+	// covers them, except where bindings made before a restart split the
+	// batch; from must be past those bindings.
+	NetFrom(from map[int32]int64)
+}
+
 // NewDecoder returns the decoder of cfg.Envelope.
 func NewDecoder(cfg Config) (Decoder, error) {
 	if cfg.Key == nil {
@@ -114,7 +131,7 @@ func NewDecoder(cfg Config) (Decoder, error) {
 			{Name: "key", Type: cfg.Key.Type(), Nullable: true},
 			{Name: "value", Type: cfg.Value.Type(), Nullable: true},
 		}
-		d := &upsertDecoder{base: newBase(cfg, fields, []string{"key"}), state: map[string]*[]byte{}}
+		d := &upsertDecoder{base: newBase(cfg, fields, []string{"key"}), state: map[string]*upsertEntry{}, gen: 1}
 		d.kb, d.vb = d.b.Field(0), d.b.Field(1)
 		return d, nil
 	}
@@ -220,9 +237,14 @@ func (d *base) reserve() {
 
 // reserved appends the reserved columns of one row.
 func (d *base) reserved(r *kgo.Record, diff int64) {
-	d.times.Append(uint64(r.Offset))
+	d.reservedAt(r.Partition, r.Offset, diff)
+}
+
+// reservedAt appends the reserved columns of a row at (partition, offset).
+func (d *base) reservedAt(partition int32, offset int64, diff int64) {
+	d.times.Append(uint64(offset))
 	d.diffs.Append(diff)
-	p := int(r.Partition)
+	p := int(partition)
 	for len(d.pnames) <= p {
 		d.pnames = append(d.pnames, strconv.Itoa(len(d.pnames)))
 	}
@@ -303,10 +325,54 @@ func (d *noneDecoder) Add(r *kgo.Record) error {
 // upsertDecoder is the upsert envelope: one row per key.
 type upsertDecoder struct {
 	base
-	// state maps key bytes to the current value bytes. A value is held by
-	// pointer so that a record of a known key updates it in place:
+	// state maps key bytes to the key's entry. Entries are held by pointer
+	// so that a record of a known key updates its value in place:
 	// assigning to the map would make a new string of the key.
-	state map[string]*[]byte
+	state map[string]*upsertEntry
+	live  int // keys with a value
+
+	// Net mode (NetFrom): netFrom[p] is the first offset of partition p
+	// whose records are netted (every offset when p is absent); touched
+	// lists the entries netted in this batch, gen numbers the batch.
+	net     bool
+	netFrom map[int32]int64
+	touched []*upsertEntry
+	gen     uint64
+}
+
+// upsertEntry is one key's state.
+type upsertEntry struct {
+	key  string // the map key
+	kb   []byte // the same bytes, for the rows
+	val  []byte // the current value, when live
+	live bool
+	// In net mode, for the batch gen in which the key was last touched:
+	// its value before the batch, and the last record's position.
+	gen    uint64
+	before []byte
+	had    bool
+	part   int32
+	off    int64
+}
+
+func newEntry(key []byte) *upsertEntry {
+	kb := bytes.Clone(key)
+	return &upsertEntry{key: string(kb), kb: kb}
+}
+
+// setVal makes v the entry's value, reusing its array when it fits
+// without holding on to much more memory than v needs.
+func setVal(dst *[]byte, v []byte) {
+	if n := len(v); cap(*dst) < n || cap(*dst) > 2*n+64 {
+		*dst = bytes.Clone(v)
+	} else {
+		*dst = append((*dst)[:0], v...)
+	}
+}
+
+// NetFrom implements Netting.
+func (d *upsertDecoder) NetFrom(from map[int32]int64) {
+	d.net, d.netFrom = true, from
 }
 
 func (d *upsertDecoder) Add(r *kgo.Record) error {
@@ -320,33 +386,124 @@ func (d *upsertDecoder) Add(r *kgo.Record) error {
 		return err
 	}
 	d.reserve()
-	// string(r.Key) in a lookup or a delete makes no string.
-	old := d.state[string(r.Key)]
+	// string(r.Key) in a lookup makes no string.
+	e := d.state[string(r.Key)]
+	if d.net {
+		if from, ok := d.netFrom[r.Partition]; !ok || r.Offset >= from {
+			d.addNet(r, e)
+			return nil
+		}
+		// A record not netted: the netted ones before it come first.
+		d.emitNet()
+		e = d.state[string(r.Key)]
+	}
 	switch {
 	case r.Value == nil: // tombstone
-		if old != nil {
-			d.row(r, r.Key, *old, -1)
-			delete(d.state, string(r.Key))
+		if e != nil && e.live {
+			d.row(r, r.Key, e.val, -1)
+			d.kill(e)
 		}
-	case old == nil:
+	case e == nil || !e.live:
 		d.row(r, r.Key, r.Value, 1)
-		v := bytes.Clone(r.Value)
-		d.state[string(r.Key)] = &v
-	case bytes.Equal(*old, r.Value):
+		d.revive(e, r)
+	case bytes.Equal(e.val, r.Value):
 		// Same value again: the retraction and insertion cancel.
 	default:
-		d.row(r, r.Key, *old, -1)
+		d.row(r, r.Key, e.val, -1)
 		d.row(r, r.Key, r.Value, 1)
-		// The rows hold copies, so the old value's array can take the new
-		// value, unless it is too small, or so large that keeping it would
-		// hold on to memory the key no longer needs.
-		if n := len(r.Value); cap(*old) < n || cap(*old) > 2*n+64 {
-			*old = bytes.Clone(r.Value)
-		} else {
-			*old = append((*old)[:0], r.Value...)
-		}
+		setVal(&e.val, r.Value) // the rows hold copies
 	}
 	return nil
+}
+
+// revive gives the key of r (whose entry e may be nil) the value of r.
+func (d *upsertDecoder) revive(e *upsertEntry, r *kgo.Record) *upsertEntry {
+	if e == nil {
+		e = newEntry(r.Key)
+		d.state[e.key] = e
+	}
+	setVal(&e.val, r.Value)
+	e.live = true
+	d.live++
+	return e
+}
+
+// kill deletes the key of e and its entry.
+func (d *upsertDecoder) kill(e *upsertEntry) {
+	e.live = false
+	d.live--
+	delete(d.state, e.key)
+}
+
+// addNet applies r to the state and notes the key for the batch's net
+// rows, which Flush emits.
+func (d *upsertDecoder) addNet(r *kgo.Record, e *upsertEntry) {
+	if r.Value == nil && (e == nil || !e.live) {
+		return // deleting what is not there
+	}
+	if e == nil {
+		e = newEntry(r.Key)
+		d.state[e.key] = e
+	}
+	if e.gen != d.gen {
+		// First touch in this batch: remember the value before it.
+		e.gen, e.had = d.gen, e.live
+		if e.live {
+			setVal(&e.before, e.val)
+		}
+		d.touched = append(d.touched, e)
+		d.rows += 2 // at most; Flush counts what it emits
+	}
+	e.part, e.off = r.Partition, r.Offset
+	if r.Value == nil {
+		e.live = false
+		d.live--
+		return
+	}
+	if !e.live {
+		e.live = true
+		d.live++
+	}
+	setVal(&e.val, r.Value)
+}
+
+// Flush emits the net rows of the batch, then the batch.
+func (d *upsertDecoder) Flush() arrow.Record {
+	d.emitNet()
+	return d.base.Flush()
+}
+
+// emitNet appends the net rows of the keys touched in net mode since the
+// last emitNet: for each whose value changed, the retraction of its value
+// before and the insertion of its value after, at the position of its
+// last record.
+func (d *upsertDecoder) emitNet() {
+	if len(d.touched) > 0 {
+		d.rows -= 2 * len(d.touched)
+		for _, e := range d.touched {
+			changed := e.had != e.live || e.live && !bytes.Equal(e.before, e.val)
+			if !changed {
+				continue
+			}
+			if e.had {
+				d.netRow(e, e.before, -1)
+			}
+			if e.live {
+				d.netRow(e, e.val, 1)
+			} else {
+				delete(d.state, e.key)
+			}
+		}
+		clear(d.touched)
+		d.touched = d.touched[:0]
+	}
+	d.gen++ // entries touched from now on are new to the batch
+}
+
+func (d *upsertDecoder) netRow(e *upsertEntry, value []byte, diff int64) {
+	d.cfg.Key.Append(d.kb, e.kb)
+	d.cfg.Value.Append(d.vb, value)
+	d.reservedAt(e.part, e.off, diff)
 }
 
 func (d *upsertDecoder) row(r *kgo.Record, key, value []byte, diff int64) {
@@ -356,7 +513,7 @@ func (d *upsertDecoder) row(r *kgo.Record, key, value []byte, diff int64) {
 }
 
 // StateSize implements Stateful.
-func (d *upsertDecoder) StateSize() int { return len(d.state) }
+func (d *upsertDecoder) StateSize() int { return d.live }
 
 // LoadState implements Stateful: rec holds key, value and _diff columns
 // (a store read of the collection).
@@ -371,7 +528,7 @@ func (d *upsertDecoder) LoadState(rec arrow.Record) error {
 	if !ok {
 		return fmt.Errorf("load upsert state: _diff is %s, want int64", rec.Column(di[0]).DataType())
 	}
-	state := make(map[string]*[]byte, rec.NumRows())
+	state := make(map[string]*upsertEntry, rec.NumRows())
 	for i := 0; i < int(rec.NumRows()); i++ {
 		if diffs.Value(i) != 1 {
 			return fmt.Errorf("load upsert state: row %d has multiplicity %d, but an upsert collection holds each key once", i, diffs.Value(i))
@@ -390,8 +547,9 @@ func (d *upsertDecoder) LoadState(rec arrow.Record) error {
 		if _, dup := state[string(k)]; dup {
 			return fmt.Errorf("load upsert state: key %q appears twice", k)
 		}
-		state[string(k)] = &v
+		state[string(k)] = &upsertEntry{key: string(k), kb: k, val: v, live: true}
 	}
-	d.state = state
+	d.state, d.live = state, len(state)
+	d.touched = d.touched[:0]
 	return nil
 }

@@ -3,6 +3,7 @@ package kafkafmt
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"testing"
@@ -321,5 +322,92 @@ func TestNoneBatches(t *testing.T) {
 		if strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Fatalf("batch of %d:\n%s\nwant:\n%s", n, strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
+	}
+}
+
+// TestUpsertNetting decodes random puts, deletes and repeated values over
+// a few keys, with random flushes, once record by record and once netted
+// from an offset on: every batch consolidates to the same updates, the
+// netted batches have no rows that cancel, and the positions of netted
+// rows are records of their batch.
+func TestUpsertNetting(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
+		plain := newDec(t, mem, "upsert", "bytes", "bytes")
+		netted := newDec(t, mem, "upsert", "bytes", "bytes")
+		from := int64(rng.IntN(40))
+		netted.(Netting).NetFrom(map[int32]int64{0: from})
+		consolidated := func(r arrow.Record) (map[string]int64, []string) {
+			sum := map[string]int64{}
+			var lines []string
+			if r == nil {
+				return sum, nil
+			}
+			cols, times, diffs, _ := pipe.SplitData(r)
+			for i := 0; i < int(r.NumRows()); i++ {
+				k := string(cols[0].(*array.Binary).Value(i)) + "=" + string(cols[1].(*array.Binary).Value(i))
+				sum[k] += diffs.Value(i)
+				lines = append(lines, fmt.Sprintf("%s@%d:%d", k, times.Value(i), diffs.Value(i)))
+			}
+			for k, v := range sum {
+				if v == 0 {
+					delete(sum, k)
+				}
+			}
+			return sum, lines
+		}
+		batchStart := int64(0)
+		for off := int64(0); off < 200; off++ {
+			key := []byte{'k', byte('0' + rng.IntN(4))}
+			var value []byte
+			if rng.IntN(5) != 0 {
+				value = []byte{'v', byte('0' + rng.IntN(3))}
+			}
+			for _, d := range []Decoder{plain, netted} {
+				if err := d.Add(rec(0, off, key, value)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if rng.IntN(8) != 0 && off != 199 {
+				continue
+			}
+			a, b := plain.Flush(), netted.Flush()
+			want, _ := consolidated(a)
+			got, lines := consolidated(b)
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("seed %d batch [%d, %d] from %d: netted %v, record by record %v", seed, batchStart, off, from, got, want)
+			}
+			if b != nil && off >= from {
+				// Only rows at offsets before from may cancel.
+				_, times, _, _ := pipe.SplitData(b)
+				seen := map[string]bool{}
+				for i, l := range lines {
+					if times.Value(i) < uint64(from) {
+						continue
+					}
+					if times.Value(i) < uint64(batchStart) || times.Value(i) > uint64(off) {
+						t.Fatalf("seed %d: netted row %s outside its batch [%d, %d]", seed, l, batchStart, off)
+					}
+					kv := l[:strings.Index(l, "@")]
+					if seen[kv] {
+						t.Fatalf("seed %d: netted rows of %s cancel: %v", seed, kv, lines)
+					}
+					seen[kv] = true
+				}
+			}
+			for _, r := range []arrow.Record{a, b} {
+				if r != nil {
+					r.Release()
+				}
+			}
+			if p, n := plain.(Stateful).StateSize(), netted.(Stateful).StateSize(); p != n {
+				t.Fatalf("seed %d: %d keys record by record, %d netted", seed, p, n)
+			}
+			batchStart = off + 1
+		}
+		plain.Release()
+		netted.Release()
+		mem.AssertSize(t, 0)
 	}
 }

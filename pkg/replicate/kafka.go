@@ -76,7 +76,10 @@ type KafkaSink interface {
 	// released after the call: Retain it to keep it.
 	Data(topic string, rec arrow.Record) error
 	// Progress says that every record of the topic below upper has been
-	// handed over.
+	// handed over. It comes only right after the topic's decoder was
+	// flushed, never between two records of one Flush: a reclocker then
+	// binds every record of a Flush at one time, which lets an upsert
+	// decoder net a Flush's records (kafkafmt.Netting).
 	Progress(topic string, upper frontier.Frontier) error
 	// Error is a definite error of the topic's collection from the record
 	// at `at` on (a record that does not decode). The collection gets no
