@@ -289,7 +289,7 @@ grep '^BenchmarkMySQL' "$out/mysql.txt" | awk '{ line = "| " $1 " |"; for (i = 3
 echo
 echo "## Kafka ingest vs a raw franz-go consumer (200k 100-byte records, in-process kfake)"
 echo
-go test ./pkg/ingest -run '^$' -bench 'BenchmarkKafkaIngest' -benchtime 3x > "$out/kafka-ingest.txt" 2>&1 || { cat "$out/kafka-ingest.txt" >&2; exit 1; }
+go test ./pkg/ingest -run '^$' -bench 'BenchmarkKafkaIngest' -benchtime 4x > "$out/kafka-ingest.txt" 2>&1 || { cat "$out/kafka-ingest.txt" >&2; exit 1; }
 echo '| benchmark | records/s | vs raw |'
 echo '| --- | --- | --- |'
 grep '^BenchmarkKafkaIngest' "$out/kafka-ingest.txt" | awk '{ r = "-"; n = "-"; for (i = 3; i < NF; i++) { if ($(i+1) == "records/s") n = $i; if ($(i+1) == "x-raw") r = $i } print "| " $1 " | " n " | " r " |" }'

@@ -551,7 +551,7 @@ func checkUpsertModel(t *testing.T, st *store.Store, source, coll string, log []
 // broker: envelope none, and upsert over 100k keys. Each iteration reads
 // the whole topic into a fresh store.
 //
-//	go test ./pkg/ingest -run '^$' -bench BenchmarkKafkaIngest -benchtime 2x
+//	go test ./pkg/ingest -run '^$' -bench BenchmarkKafkaIngest -benchtime 4x
 func BenchmarkKafkaIngest(b *testing.B) {
 	const records, keys, partitions = 1_000_000, 100_000, 4
 	k := testenv.StartKafka(b)
