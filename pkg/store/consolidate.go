@@ -195,9 +195,9 @@ func (rs *runSet) sortRowTime(es []ent) {
 	if sorted {
 		return
 	}
-	cmp := func(a, b ent) int { return rs.cmpRowTime(&a, &b) }
+	byRowTime := func(a, b ent) int { return rs.cmpRowTime(&a, &b) }
 	if len(es) < 256 {
-		slices.SortFunc(es, cmp)
+		slices.SortFunc(es, byRowTime)
 		return
 	}
 	radixSortPre(es)
@@ -207,7 +207,7 @@ func (rs *runSet) sortRowTime(es []ent) {
 			j++
 		}
 		if j-i > 1 {
-			slices.SortFunc(es[i:j], cmp)
+			slices.SortFunc(es[i:j], byRowTime)
 		}
 		i = j
 	}

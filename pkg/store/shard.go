@@ -561,38 +561,25 @@ func (in runs) release() {
 // runs themselves (retained, perhaps reordered) when they are so already,
 // one after the other, else one record; nothing when everything cancels.
 func (sh *Shard) sortConsolidate(in runs) (runs, error) {
-	rs, err := newRunSet(sh.Schema().Fields())
-	if err != nil {
-		return nil, err
-	}
-	defer rs.release()
-	for _, rec := range in {
-		rs.add(rec)
-	}
-	if order := rs.inOrder(); order != nil {
-		out := make(runs, len(in))
-		for k, i := range order {
-			in[i].Retain()
-			out[k] = in[i]
-		}
-		return out, nil // nothing to sort or consolidate
+	if out, err := sh.inOrder(in); out != nil || err != nil {
+		return out, err // nothing to sort or consolidate
 	}
 	rec := in[0]
 	if len(in) > 1 {
 		// One run, so that prefixes can pack leading columns rebased to
 		// their ranges in it.
+		var err error
 		if rec, err = arrowutil.Concat(sh.batchSchema(), in, memory.DefaultAllocator); err != nil {
 			return nil, fmt.Errorf("sort batch: %w", err)
 		}
 		defer rec.Release()
-		rs.release()
-		if rs, err = newRunSet(sh.Schema().Fields()); err != nil {
-			return nil, err
-		}
-		defer rs.release()
-		rs.add(rec)
 	}
-	es := rs.ents(0, 0, ^uint64(0))
+	rs, err := newRunSet(sh.Schema().Fields())
+	if err != nil {
+		return nil, err
+	}
+	defer rs.release()
+	es := rs.ents(rs.add(rec), 0, ^uint64(0))
 	if len(es) != int(rec.NumRows()) {
 		// _time == MaxUint64 cannot be below an upper; prepareInput checked.
 		return nil, fmt.Errorf("sort batch: time out of range: %w", ErrInvalid)
@@ -603,6 +590,30 @@ func (sh *Shard) sortConsolidate(in runs) (runs, error) {
 		return nil, nil
 	}
 	return runs{rs.build(sh.batchSchema(), es, true)}, nil
+}
+
+// inOrder returns the runs of in, retained and in row order, when each is
+// sorted and consolidated and they do not overlap (runSet.inOrder); nil
+// otherwise.
+func (sh *Shard) inOrder(in runs) (runs, error) {
+	rs, err := newRunSet(sh.Schema().Fields())
+	if err != nil {
+		return nil, err
+	}
+	defer rs.release()
+	for _, rec := range in {
+		rs.add(rec)
+	}
+	order := rs.inOrder()
+	if order == nil {
+		return nil, nil
+	}
+	out := make(runs, len(in))
+	for k, i := range order {
+		in[i].Retain()
+		out[k] = in[i]
+	}
+	return out, nil
 }
 
 // filterFrom returns the rows of in with _time >= t.
