@@ -417,7 +417,7 @@ func (d *upsertDecoder) Add(r *kgo.Record) error {
 }
 
 // revive gives the key of r (whose entry e may be nil) the value of r.
-func (d *upsertDecoder) revive(e *upsertEntry, r *kgo.Record) *upsertEntry {
+func (d *upsertDecoder) revive(e *upsertEntry, r *kgo.Record) {
 	if e == nil {
 		e = newEntry(r.Key)
 		d.state[e.key] = e
@@ -425,7 +425,6 @@ func (d *upsertDecoder) revive(e *upsertEntry, r *kgo.Record) *upsertEntry {
 	setVal(&e.val, r.Value)
 	e.live = true
 	d.live++
-	return e
 }
 
 // kill deletes the key of e and its entry.
@@ -481,17 +480,17 @@ func (d *upsertDecoder) emitNet() {
 	if len(d.touched) > 0 {
 		d.rows -= 2 * len(d.touched)
 		for _, e := range d.touched {
-			changed := e.had != e.live || e.live && !bytes.Equal(e.before, e.val)
-			if !changed {
-				continue
+			if !e.live {
+				delete(d.state, e.key)
+			}
+			if e.had == e.live && (!e.live || bytes.Equal(e.before, e.val)) {
+				continue // back where the batch started
 			}
 			if e.had {
 				d.netRow(e, e.before, -1)
 			}
 			if e.live {
 				d.netRow(e, e.val, 1)
-			} else {
-				delete(d.state, e.key)
 			}
 		}
 		clear(d.touched)

@@ -404,6 +404,9 @@ func TestUpsertNetting(t *testing.T) {
 			if p, n := plain.(Stateful).StateSize(), netted.(Stateful).StateSize(); p != n {
 				t.Fatalf("seed %d: %d keys record by record, %d netted", seed, p, n)
 			}
+			if n, held := netted.(Stateful).StateSize(), len(netted.(*upsertDecoder).state); n != held {
+				t.Fatalf("seed %d: %d keys but %d entries held: deleted keys linger", seed, n, held)
+			}
 			batchStart = off + 1
 		}
 		plain.Release()
