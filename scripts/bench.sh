@@ -235,7 +235,7 @@ echo '| envelope | rate tried | lag p99 (s) | producer behind (s) | verdict |'
 echo '| --- | --- | --- | --- | --- |'
 for env in none upsert; do
 	best=0
-	for r in 100000 200000 250000 300000 350000 400000 500000; do
+	for r in 100000 200000 300000 400000 500000 600000 700000 800000; do
 		if j=$("$RTRCTL" bench kafka --records-per-second "$r" --num-seconds 15 --envelope "$env" --output json 2>> "$blog"); then
 			p99=$(jfield lag_p99_seconds <<< "$j"); behind=$(jfield producer_max_behind_seconds <<< "$j" | awk '{ printf "%.2f", $1 }')
 		else
@@ -287,7 +287,7 @@ echo '| benchmark | ratio metrics (rtrctl time / baseline time) |'
 echo '| --- | --- |'
 grep '^BenchmarkMySQL' "$out/mysql.txt" | awk '{ line = "| " $1 " |"; for (i = 3; i < NF; i++) if ($(i+1) ~ /^x-/) line = line " " $i " " $(i+1); print line " |" }'
 echo
-echo "## Kafka ingest vs a raw franz-go consumer (200k 100-byte records, in-process kfake)"
+echo "## Kafka ingest vs a raw franz-go consumer (1M 100-byte records, in-process kfake)"
 echo
 go test ./pkg/ingest -run '^$' -bench 'BenchmarkKafkaIngest' -benchtime 4x > "$out/kafka-ingest.txt" 2>&1 || { cat "$out/kafka-ingest.txt" >&2; exit 1; }
 echo '| benchmark | records/s | vs raw |'
