@@ -219,31 +219,34 @@ func (c *fixedCol[T]) exactKeys(r int) (keys []uint64, most uint64, ok bool) {
 	}
 	vals, nulls := c.vals[r], c.nulls[r]
 	keys = make([]uint64, len(vals))
-	lo, hi, seen, hasNull := uint64(0), uint64(0), false, false
 	for i, v := range vals {
+		if nulls.valid(i) {
+			keys[i] = c.pref(v)
+		}
+	}
+	return rebaseKeys(keys, nulls)
+}
+
+// rebaseKeys maps the keys of valid values (from the least, lo, to the
+// largest) to their distance from lo, without the low bits every distance shares (bytes
+// past the end of short strings), and then plus one when there are nulls
+// (whose key is 0): they take as few bits as they need to stay exact and
+// in order. ok is false when they do not fit.
+func rebaseKeys(keys []uint64, nulls nullMap) ([]uint64, uint64, bool) {
+	lo, hi, seen, hasNull := uint64(0), uint64(0), false, false
+	for i, k := range keys {
 		if !nulls.valid(i) {
 			hasNull = true
 			continue
 		}
-		p := c.pref(v)
-		keys[i] = p
-		if !seen || p < lo {
-			lo = p
+		if !seen || k < lo {
+			lo = k
 		}
-		if !seen || p > hi {
-			hi = p
+		if !seen || k > hi {
+			hi = k
 		}
 		seen = true
 	}
-	return rebaseKeys(keys, nulls, lo, hi, seen, hasNull)
-}
-
-// rebaseKeys maps the keys of valid values (from lo to hi) to their
-// distance from lo, without the low bits every distance shares (bytes
-// past the end of short strings), and then plus one when there are nulls
-// (whose key is 0): they take as few bits as they need to stay exact and
-// in order. ok is false when they do not fit.
-func rebaseKeys(keys []uint64, nulls nullMap, lo, hi uint64, seen, hasNull bool) ([]uint64, uint64, bool) {
 	if !seen {
 		clear(keys)
 		return keys, 0, true
@@ -434,10 +437,8 @@ func (c *varCol[O]) exactKeys(r int) (keys []uint64, most uint64, ok bool) {
 	lcp := O(c.commonPrefix(r))
 	n := len(o) - 1
 	keys = make([]uint64, n)
-	lo, hi, seen, hasNull := uint64(0), uint64(0), false, false
 	for i := 0; i < n; i++ {
 		if !nulls.valid(i) {
-			hasNull = true
 			continue
 		}
 		rest := data[o[i]+lcp : o[i+1]]
@@ -447,17 +448,9 @@ func (c *varCol[O]) exactKeys(r int) (keys []uint64, most uint64, ok bool) {
 		var b [8]byte
 		copy(b[:], rest)
 		b[7] = byte(len(rest))
-		k := binary.BigEndian.Uint64(b[:])
-		keys[i] = k
-		if !seen || k < lo {
-			lo = k
-		}
-		if !seen || k > hi {
-			hi = k
-		}
-		seen = true
+		keys[i] = binary.BigEndian.Uint64(b[:])
 	}
-	return rebaseKeys(keys, nulls, lo, hi, seen, hasNull)
+	return rebaseKeys(keys, nulls)
 }
 
 // tailKeys are order-preserving (not exact) keys of run r for the last
