@@ -44,11 +44,15 @@ func newBenchInput() *benchInput {
 }
 
 // run adds the records of in to a fresh decoder of cfg, flushing every
-// benchFlush rows; headers are added to every record when hs is not nil.
-func (in *benchInput) run(b *testing.B, cfg Config, hs []kgo.RecordHeader) {
+// benchFlush rows; headers are added to every record when hs is not nil;
+// net nets upsert batches.
+func (in *benchInput) run(b *testing.B, cfg Config, hs []kgo.RecordHeader, net bool) {
 	d, err := NewDecoder(cfg)
 	if err != nil {
 		b.Fatal(err)
+	}
+	if net {
+		d.(Netting).NetFrom(nil)
 	}
 	defer d.Release()
 	var offs [benchParts]int64
@@ -74,14 +78,14 @@ func (in *benchInput) run(b *testing.B, cfg Config, hs []kgo.RecordHeader) {
 	}
 }
 
-func benchDecode(b *testing.B, cfg Config, hs []kgo.RecordHeader) {
+func benchDecode(b *testing.B, cfg Config, hs []kgo.RecordHeader, net bool) {
 	in := newBenchInput()
 	b.ReportAllocs()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		in.run(b, cfg, hs)
+		in.run(b, cfg, hs, net)
 	}
 	b.StopTimer()
 	runtime.ReadMemStats(&m1)
@@ -93,11 +97,15 @@ func benchDecode(b *testing.B, cfg Config, hs []kgo.RecordHeader) {
 
 func BenchmarkDecodeNone(b *testing.B) {
 	cfg := Config{Envelope: "none", Collection: "t", Source: "kafka.t"}
-	b.Run("plain", func(b *testing.B) { benchDecode(b, cfg, nil) })
+	b.Run("plain", func(b *testing.B) { benchDecode(b, cfg, nil, false) })
 	hs := []kgo.RecordHeader{{Key: "trace-id", Value: []byte("0123456789abcdef")}, {Key: "origin", Value: []byte("svc-a")}}
-	b.Run("headers", func(b *testing.B) { benchDecode(b, cfg, hs) })
+	b.Run("headers", func(b *testing.B) { benchDecode(b, cfg, hs, false) })
 }
 
+// BenchmarkDecodeUpsert decodes record by record, and netted per batch
+// (Netting), as ingest does.
 func BenchmarkDecodeUpsert(b *testing.B) {
-	benchDecode(b, Config{Envelope: "upsert", Key: bytesFormat{}, Value: bytesFormat{}, Collection: "t", Source: "kafka.t"}, nil)
+	cfg := Config{Envelope: "upsert", Key: bytesFormat{}, Value: bytesFormat{}, Collection: "t", Source: "kafka.t"}
+	b.Run("record", func(b *testing.B) { benchDecode(b, cfg, nil, false) })
+	b.Run("netted", func(b *testing.B) { benchDecode(b, cfg, nil, true) })
 }
