@@ -78,3 +78,26 @@ func (b *background) wait() error {
 		return nil
 	}
 }
+
+// tickIngest mints a binding of rc if one is due, unless w has failed a
+// commit (then that error stops the ingest). mu guards rc.
+func tickIngest(ctx context.Context, mu *sync.Mutex, rc *reclock.Reclocker, w *storeWriter) error {
+	if err := w.Err(); err != nil {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return rc.Tick(ctx, false)
+}
+
+// finishIngest binds what the source completed and commits everything
+// handed over, when an interrupted ingest stops. mu guards rc.
+func finishIngest(mu *sync.Mutex, rc *reclock.Reclocker, w *storeWriter) error {
+	mu.Lock()
+	err := rc.Tick(context.Background(), true)
+	mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return w.Close()
+}

@@ -166,13 +166,7 @@ func RunKafka(ctx context.Context, cfg KafkaConfig) error {
 	defer stopStream()
 	bg := startBackground(streamCtx, stopStream, cfg.Interval, cfg.CompactEvery, func(ctx context.Context) error {
 		for _, r := range order {
-			if err := r.w.Err(); err != nil {
-				return err
-			}
-			r.mu.Lock()
-			err := r.rc.Tick(ctx, false)
-			r.mu.Unlock()
-			if err != nil {
+			if err := tickIngest(ctx, &r.mu, r.rc, r.w); err != nil {
 				return err
 			}
 		}
@@ -201,14 +195,8 @@ func RunKafka(ctx context.Context, cfg KafkaConfig) error {
 	if ctx.Err() != nil {
 		// Interrupted: bind and commit what the topics completed.
 		for _, r := range order {
-			r.mu.Lock()
-			ferr := r.rc.Tick(context.Background(), true)
-			r.mu.Unlock()
-			if ferr == nil {
-				ferr = r.w.Close()
-			}
-			if ferr != nil {
-				return ferr
+			if err := finishIngest(&r.mu, r.rc, r.w); err != nil {
+				return err
 			}
 			log.Info("stopped", "topic", r.topic, "durable_upper", r.w.DurableUpper())
 		}

@@ -192,12 +192,7 @@ func RunMySQL(ctx context.Context, cfg MySQLConfig) error {
 	streamCtx, stopStream := context.WithCancel(ctx)
 	defer stopStream()
 	bg := startBackground(streamCtx, stopStream, cfg.Interval, cfg.CompactEvery, func(ctx context.Context) error {
-		if err := w.Err(); err != nil {
-			return err
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		return rc.Tick(ctx, false)
+		return tickIngest(ctx, &mu, rc, w)
 	}, st, log)
 
 	sink := &myReclockSink{&reclockSink{ctx: streamCtx, rc: rc, mu: &mu}}
@@ -210,14 +205,8 @@ func RunMySQL(ctx context.Context, cfg MySQLConfig) error {
 		return terr
 	}
 	if ctx.Err() != nil {
-		mu.Lock()
-		ferr := rc.Tick(context.Background(), true)
-		mu.Unlock()
-		if ferr == nil {
-			ferr = w.Close()
-		}
-		if ferr != nil {
-			return ferr
+		if err := finishIngest(&mu, rc, w); err != nil {
+			return err
 		}
 		log.Info("stopped", "durable_upper", w.DurableUpper())
 		return nil

@@ -209,12 +209,7 @@ func RunPG(ctx context.Context, cfg PGConfig) error {
 	streamCtx, stopStream := context.WithCancel(ctx)
 	defer stopStream()
 	bg := startBackground(streamCtx, stopStream, cfg.Interval, cfg.CompactEvery, func(ctx context.Context) error {
-		if err := w.Err(); err != nil {
-			return err
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		return rc.Tick(ctx, false)
+		return tickIngest(ctx, &mu, rc, w)
 	}, st, log)
 
 	sink := replSink{&reclockSink{ctx: streamCtx, rc: rc, mu: &mu, metrics: cfg.Metrics}}
@@ -239,14 +234,8 @@ func RunPG(ctx context.Context, cfg PGConfig) error {
 	}
 	if ctx.Err() != nil {
 		// Interrupted: bind and commit what the source completed.
-		mu.Lock()
-		ferr := rc.Tick(context.Background(), true)
-		mu.Unlock()
-		if ferr == nil {
-			ferr = w.Close()
-		}
-		if ferr != nil {
-			return ferr
+		if err := finishIngest(&mu, rc, w); err != nil {
+			return err
 		}
 		log.Info("stopped", "durable_upper", w.DurableUpper())
 		return nil
