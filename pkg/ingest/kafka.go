@@ -306,15 +306,14 @@ func startKafkaRun(ctx context.Context, cfg KafkaConfig, topic string, keyF, val
 		r.errored = true
 		cfg.Logger.Warn("collection has a definite error; it gets no more data", "source", source, "collection", topic, "error", info2.Errors[0].Message)
 	} else if s, ok := dec.(kafkafmt.Stateful); ok && durable > 0 {
-		// Upsert: the state is the collection as of its last durable time.
-		rec, err := sh.ReadAsOf(ctx, durable-1)
+		// Upsert: the state is the collection as of its last durable time,
+		// folded in a batch at a time (memory: the state and one batch).
+		err := sh.ScanAsOf(ctx, durable-1, s.ResetState, s.AddState)
+		if err == nil {
+			err = s.EndState()
+		}
 		if err != nil {
 			return r, fmt.Errorf("ingest %s: rebuild upsert state: %w", source, err)
-		}
-		err = s.LoadState(rec)
-		rec.Release()
-		if err != nil {
-			return r, fmt.Errorf("ingest %s: %w", source, err)
 		}
 		cfg.Logger.Info("upsert state rebuilt from the store", "source", source, "keys", s.StateSize(), "as_of", durable-1)
 	}

@@ -64,12 +64,19 @@ type Decoder interface {
 	Release()
 }
 
-// Stateful is implemented by decoders that keep state (upsert).
+// Stateful is implemented by decoders that keep state (upsert). The state
+// is rebuilt from a collection written by the decoder one batch at a time
+// (store.Shard.ScanAsOf): ResetState, AddState for every batch, EndState.
 type Stateful interface {
-	// LoadState replaces the state with the contents of a collection
-	// written by this decoder, as the store reads it (user columns and
-	// _diff).
-	LoadState(rec arrow.Record) error
+	// ResetState starts a rebuild: the state is empty.
+	ResetState()
+	// AddState adds updates of the collection: its user columns and _diff
+	// (other columns, such as _time, are ignored), in any order, not
+	// necessarily consolidated. Only their sum needs to be a valid state.
+	AddState(rec arrow.Record) error
+	// EndState ends a rebuild: the sum of the added updates, which must
+	// hold every key at most once with multiplicity 1, becomes the state.
+	EndState() error
 	// StateSize is the number of keys held.
 	StateSize() int
 }
@@ -338,6 +345,8 @@ type upsertDecoder struct {
 	netFrom map[int32]int64
 	touched []*upsertEntry
 	gen     uint64
+
+	loading map[string]*loadingKey // during a rebuild (ResetState)
 }
 
 // upsertEntry is one key's state.
@@ -514,9 +523,26 @@ func (d *upsertDecoder) row(r *kgo.Record, key, value []byte, diff int64) {
 // StateSize implements Stateful.
 func (d *upsertDecoder) StateSize() int { return d.live }
 
-// LoadState implements Stateful: rec holds key, value and _diff columns
-// (a store read of the collection).
-func (d *upsertDecoder) LoadState(rec arrow.Record) error {
+// ResetState implements Stateful.
+func (d *upsertDecoder) ResetState() {
+	d.state, d.live, d.touched = map[string]*upsertEntry{}, 0, d.touched[:0]
+	d.loading = map[string]*loadingKey{}
+}
+
+// loadingKey is a key during a rebuild: the values added for it whose
+// multiplicities do not sum to zero (normally one, with multiplicity 1).
+type loadingKey struct {
+	kb   []byte
+	vals []loadingVal
+}
+
+type loadingVal struct {
+	v []byte
+	n int64
+}
+
+// AddState implements Stateful.
+func (d *upsertDecoder) AddState(rec arrow.Record) error {
 	s := rec.Schema()
 	ki, vi, di := s.FieldIndices("key"), s.FieldIndices("value"), s.FieldIndices(pipe.ColDiff)
 	if len(ki) != 1 || len(vi) != 1 || len(di) != 1 {
@@ -527,28 +553,72 @@ func (d *upsertDecoder) LoadState(rec arrow.Record) error {
 	if !ok {
 		return fmt.Errorf("load upsert state: _diff is %s, want int64", rec.Column(di[0]).DataType())
 	}
-	state := make(map[string]*upsertEntry, rec.NumRows())
+	if d.loading == nil {
+		d.ResetState()
+	}
 	for i := 0; i < int(rec.NumRows()); i++ {
-		if diffs.Value(i) != 1 {
-			return fmt.Errorf("load upsert state: row %d has multiplicity %d, but an upsert collection holds each key once", i, diffs.Value(i))
-		}
 		if keys.IsNull(i) || vals.IsNull(i) {
 			return fmt.Errorf("load upsert state: row %d has a null key or value, which the upsert envelope never writes", i)
 		}
-		k, err := d.cfg.Key.Raw(keys, i)
+		k, err := rawView(d.cfg.Key, keys, i)
 		if err != nil {
 			return fmt.Errorf("load upsert state: %w", err)
 		}
-		v, err := d.cfg.Value.Raw(vals, i)
+		v, err := rawView(d.cfg.Value, vals, i)
 		if err != nil {
 			return fmt.Errorf("load upsert state: %w", err)
 		}
-		if _, dup := state[string(k)]; dup {
-			return fmt.Errorf("load upsert state: key %q appears twice", k)
+		lk := d.loading[string(k)]
+		if lk == nil {
+			lk = &loadingKey{kb: bytes.Clone(k)}
+			d.loading[string(lk.kb)] = lk
 		}
-		state[string(k)] = &upsertEntry{key: string(k), kb: k, val: v, live: true}
+		j := 0
+		for j < len(lk.vals) && !bytes.Equal(lk.vals[j].v, v) {
+			j++
+		}
+		if j == len(lk.vals) {
+			lk.vals = append(lk.vals, loadingVal{v: bytes.Clone(v)})
+		}
+		if lk.vals[j].n += diffs.Value(i); lk.vals[j].n == 0 {
+			lk.vals = append(lk.vals[:j], lk.vals[j+1:]...)
+			if len(lk.vals) == 0 {
+				delete(d.loading, string(k))
+			}
+		}
 	}
-	d.state, d.live = state, len(state)
-	d.touched = d.touched[:0]
+	return nil
+}
+
+// rawView is f.Raw(arr, i) without the copy for the formats that store
+// the record's bytes as they are: the bytes stay in arr, so they are only
+// compared or copied, never kept.
+func rawView(f Format, arr arrow.Array, i int) ([]byte, error) {
+	switch f.(type) {
+	case bytesFormat, textFormat, jsonFormat: // they store the record's bytes
+		switch a := arr.(type) {
+		case *array.Binary:
+			return a.Value(i), nil
+		case *array.String:
+			offs := a.ValueOffsets()
+			return a.ValueBytes()[offs[i]-offs[0] : offs[i+1]-offs[0]], nil
+		}
+	}
+	return f.Raw(arr, i)
+}
+
+// EndState implements Stateful.
+func (d *upsertDecoder) EndState() error {
+	for k, lk := range d.loading {
+		switch {
+		case len(lk.vals) > 1:
+			return fmt.Errorf("load upsert state: key %q has %d values, but an upsert collection holds each key once", k, len(lk.vals))
+		case lk.vals[0].n != 1:
+			return fmt.Errorf("load upsert state: key %q has multiplicity %d, but an upsert collection holds each key once", k, lk.vals[0].n)
+		}
+		d.state[k] = &upsertEntry{key: k, kb: lk.kb, val: lk.vals[0].v, live: true}
+		d.live++
+	}
+	d.loading = nil
 	return nil
 }

@@ -22,7 +22,7 @@
 //     current row and inserts its value at the record's offset, and a null
 //     value (a tombstone) deletes the key. The decoder keeps the current
 //     value of every key (its state), which can be rebuilt from the store
-//     (LoadState) instead of re-reading the topic.
+//     (Stateful) instead of re-reading the topic.
 //
 // Envelopes use formats only through the Format interface, so a new format
 // (Avro with a schema registry, say) needs no change here.

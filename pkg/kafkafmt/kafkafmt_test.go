@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,18 @@ import (
 
 func rec(p int32, off int64, key, value []byte, hs ...kgo.RecordHeader) *kgo.Record {
 	return &kgo.Record{Topic: "t", Partition: p, Offset: off, Key: key, Value: value, Headers: hs, Timestamp: time.UnixMilli(1700000000000 + off)}
+}
+
+// loadState rebuilds d's state from one record.
+func loadState(d Decoder, recs ...arrow.Record) error {
+	s := d.(Stateful)
+	s.ResetState()
+	for _, r := range recs {
+		if err := s.AddState(r); err != nil {
+			return err
+		}
+	}
+	return s.EndState()
 }
 
 func newDec(t *testing.T, mem memory.Allocator, env, kf, vf string) Decoder {
@@ -186,7 +199,7 @@ func TestUpsertEnvelope(t *testing.T) {
 	b.Field(2).(*array.Int64Builder).AppendValues([]int64{1, 1}, nil)
 	st := b.NewRecord()
 	b.Release()
-	if err := d2.(Stateful).LoadState(st); err != nil {
+	if err := loadState(d2, st); err != nil {
 		t.Fatal(err)
 	}
 	st.Release()
@@ -270,7 +283,7 @@ func TestUpsertValueReuse(t *testing.T) {
 	b.Field(2).(*array.Int64Builder).Append(1)
 	st := b.NewRecord()
 	b.Release()
-	if err := d.(Stateful).LoadState(st); err != nil {
+	if err := loadState(d, st); err != nil {
 		t.Fatal(err)
 	}
 	st.Release()
@@ -412,5 +425,100 @@ func TestUpsertNetting(t *testing.T) {
 		plain.Release()
 		netted.Release()
 		mem.AssertSize(t, 0)
+	}
+}
+
+// TestUpsertStateFromHistory rebuilds the state from a decoder's whole
+// output (every retraction and insertion, not consolidated) split into
+// random batches: it equals the decoder's own state. Sums that are not an
+// upsert collection are refused.
+func TestUpsertStateFromHistory(t *testing.T) {
+	for _, vf := range []string{"bytes", "text"} {
+		t.Run(vf, func(t *testing.T) { testUpsertStateFromHistory(t, vf) })
+	}
+}
+
+func testUpsertStateFromHistory(t *testing.T, vf string) {
+	mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
+	defer mem.AssertSize(t, 0)
+	rng := rand.New(rand.NewPCG(11, 12))
+	d := newDec(t, mem, "upsert", "bytes", vf)
+	defer d.Release()
+	var out []arrow.Record
+	for off := int64(0); off < 500; off++ {
+		var v []byte
+		if rng.IntN(4) != 0 {
+			v = []byte(fmt.Sprint("v", rng.IntN(5)))
+		}
+		if err := d.Add(rec(0, off, []byte(fmt.Sprint("k", rng.IntN(30))), v)); err != nil {
+			t.Fatal(err)
+		}
+		if rng.IntN(40) == 0 {
+			if r := d.Flush(); r != nil {
+				out = append(out, r)
+			}
+		}
+	}
+	if r := d.Flush(); r != nil {
+		out = append(out, r)
+	}
+	// Split the output into random slices, in a shuffled order: only the
+	// sum counts.
+	var parts []arrow.Record
+	for _, r := range out {
+		for lo := int64(0); lo < r.NumRows(); {
+			hi := min(r.NumRows(), lo+1+int64(rng.IntN(20)))
+			parts = append(parts, r.NewSlice(lo, hi))
+			lo = hi
+		}
+	}
+	rng.Shuffle(len(parts), func(i, j int) { parts[i], parts[j] = parts[j], parts[i] })
+	d2 := newDec(t, mem, "upsert", "bytes", vf)
+	defer d2.Release()
+	if err := loadState(d2, parts...); err != nil {
+		t.Fatal(err)
+	}
+	want, got := map[string]string{}, map[string]string{}
+	for k, e := range d.(*upsertDecoder).state {
+		if e.live {
+			want[k] = string(e.val)
+		}
+	}
+	for k, e := range d2.(*upsertDecoder).state {
+		got[k] = string(e.val)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) || d2.(Stateful).StateSize() != len(want) {
+		t.Fatalf("state from history %v (%d keys), decoder's %v", got, d2.(Stateful).StateSize(), want)
+	}
+	for _, r := range append(out, parts...) {
+		r.Release()
+	}
+
+	schema := arrow.NewSchema([]arrow.Field{{Name: "key", Type: arrow.BinaryTypes.Binary}, {Name: "value", Type: arrow.BinaryTypes.Binary}, {Name: "_diff", Type: arrow.PrimitiveTypes.Int64}}, nil)
+	for _, tc := range []struct {
+		name string
+		rows [][3]string
+		err  string
+	}{
+		{"two values", [][3]string{{"a", "1", "1"}, {"a", "2", "1"}}, "2 values"},
+		{"twice", [][3]string{{"a", "1", "2"}}, "multiplicity 2"},
+		{"retracted more than inserted", [][3]string{{"a", "1", "1"}, {"a", "1", "-1"}, {"b", "1", "-1"}}, "multiplicity -1"},
+	} {
+		b := array.NewRecordBuilder(mem, schema)
+		for _, r := range tc.rows {
+			b.Field(0).(*array.BinaryBuilder).Append([]byte(r[0]))
+			b.Field(1).(*array.BinaryBuilder).Append([]byte(r[1]))
+			n, _ := strconv.Atoi(r[2])
+			b.Field(2).(*array.Int64Builder).Append(int64(n))
+		}
+		r := b.NewRecord()
+		b.Release()
+		d3 := newDec(t, mem, "upsert", "bytes", "bytes")
+		err := loadState(d3, r)
+		r.Release()
+		d3.Release()
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.err)
+		}
 	}
 }

@@ -438,6 +438,68 @@ func (sh *Shard) ReadAsOf(ctx context.Context, t uint64) (arrow.Record, error) {
 	return out, nil
 }
 
+// ScanAsOf hands the updates at times <= t to add, one batch at a time
+// (the user columns, _time and _diff; consolidated within a batch, not
+// across batches), so that a caller can fold the contents as of t into
+// its own structure holding no more than one batch. Summed, the updates
+// are ReadAsOf(t). If a compaction replaces a batch file during the scan,
+// the scan starts over on the new manifest; begin is called before each
+// pass, and the caller drops what it gathered. t must be in [Since,
+// Upper).
+func (sh *Shard) ScanAsOf(ctx context.Context, t uint64, begin func(), add func(rec arrow.Record) error) error {
+	if sh.kind != kindData {
+		return fmt.Errorf("scan %s: a remap shard holds bindings; use Bindings: %w", sh.what(), ErrInvalid)
+	}
+	return sh.readRetry(ctx, func(m *Manifest) error {
+		if m.Upper == 0 || t < m.Since || t >= m.Upper {
+			return &NotReadableError{Collection: sh.name, Op: "read", Time: t, Since: m.Since, Upper: m.Upper}
+		}
+		if err := sh.firstError(m, t); err != nil {
+			return err
+		}
+		begin()
+		for _, b := range m.Batches {
+			if b.Lower > t {
+				continue
+			}
+			recs, err := sh.loadBatch(ctx, b)
+			if err != nil {
+				return fmt.Errorf("scan %s as of %d: %w", sh.what(), t, err)
+			}
+			for i, rec := range recs {
+				if b.Upper > t+1 {
+					rest, ferr := sh.filterTo(rec, t)
+					rec.Release()
+					rec, err = rest, ferr
+				}
+				if rec != nil {
+					err = add(rec)
+					rec.Release()
+				}
+				if err != nil {
+					runs(recs[i+1:]).release()
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// filterTo returns the rows of rec with _time <= t (nil when none).
+func (sh *Shard) filterTo(rec arrow.Record, t uint64) (arrow.Record, error) {
+	rs, err := newRunSet(sh.Schema().Fields())
+	if err != nil {
+		return nil, fmt.Errorf("scan %s: %w", sh.what(), err)
+	}
+	defer rs.release()
+	es := rs.ents(rs.add(rec), 0, t+1)
+	if len(es) == 0 {
+		return nil, nil
+	}
+	return rs.build(sh.batchSchema(), es, true), nil
+}
+
 // Changes returns the consolidated updates at times in (t1, t2]: the user
 // columns plus _time and _diff, consolidated per (row, time) and sorted by
 // time then row. It needs Since <= t1 <= t2 < Upper; to get everything up

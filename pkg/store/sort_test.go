@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
@@ -323,5 +324,104 @@ func TestAppendSortedInput(t *testing.T) {
 	}
 	if want := "[2*1 3*2 4*1 5*1 7*1 10*1 11*1 12*1 13*1 14*1 20*1 21*1 22*2]"; fmt.Sprint(ks) != want {
 		t.Errorf("read %v, want %s", ks, want)
+	}
+}
+
+// TestScanAsOf: the batches ScanAsOf hands over sum to ReadAsOf at every
+// readable time, before and after a compaction that merges batches and
+// folds history below since.
+func TestScanAsOf(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := Open(ctx, dir, Options{Retain: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := []arrow.Field{{Name: "k", Type: arrow.PrimitiveTypes.Int64}, {Name: "v", Type: arrow.BinaryTypes.String, Nullable: true}}
+	sh, err := st.CreateShard(ctx, "t.scan", arrow.NewSchema(user, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := arrow.NewSchema(append(append([]arrow.Field{}, user...),
+		arrow.Field{Name: "_time", Type: arrow.PrimitiveTypes.Uint64}, arrow.Field{Name: "_diff", Type: arrow.PrimitiveTypes.Int64}), nil)
+	rng := rand.New(rand.NewPCG(5, 6))
+	live := map[string]int64{}
+	upper := uint64(0)
+	for step := 0; step < 30; step++ {
+		b := array.NewRecordBuilder(memory.DefaultAllocator, full)
+		for i := rng.IntN(20); i > 0; i-- {
+			k, v := int64(rng.IntN(8)), fmt.Sprint("v", rng.IntN(3))
+			key := fmt.Sprintf("%d=%s", k, v)
+			d := int64(1)
+			if live[key] > 0 && rng.IntN(2) == 0 {
+				d = -1
+			}
+			live[key] += d
+			b.Field(0).(*array.Int64Builder).Append(k)
+			b.Field(1).(*array.StringBuilder).Append(v)
+			b.Field(2).(*array.Uint64Builder).Append(upper + uint64(rng.IntN(3)))
+			b.Field(3).(*array.Int64Builder).Append(d)
+		}
+		rec := b.NewRecord()
+		b.Release()
+		if _, err := sh.Append(ctx, upper, upper+3, rec); err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+		upper += 3
+	}
+	check := func(when string) {
+		if err := sh.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for at := sh.Since(); at < upper; at++ {
+			sum := map[string]int64{}
+			begun := 0
+			err := sh.ScanAsOf(ctx, at, func() { begun++; clear(sum) }, func(rec arrow.Record) error {
+				for i := 0; i < int(rec.NumRows()); i++ {
+					if rec.Column(2).(*array.Uint64).Value(i) > at {
+						return fmt.Errorf("row at time %d handed over for a scan as of %d", rec.Column(2).(*array.Uint64).Value(i), at)
+					}
+					sum[fmt.Sprintf("%d=%s", rec.Column(0).(*array.Int64).Value(i), rec.Column(1).(*array.String).Value(i))] += rec.Column(3).(*array.Int64).Value(i)
+				}
+				return nil
+			})
+			if err != nil || begun != 1 {
+				t.Fatalf("%s: scan as of %d: %v (begun %d times)", when, at, err, begun)
+			}
+			got, err := sh.ReadAsOf(ctx, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]int64{}
+			for i := 0; i < int(got.NumRows()); i++ {
+				want[fmt.Sprintf("%d=%s", got.Column(0).(*array.Int64).Value(i), got.Column(1).(*array.String).Value(i))] = got.Column(2).(*array.Int64).Value(i)
+			}
+			got.Release()
+			for k, v := range sum {
+				if v == 0 {
+					delete(sum, k)
+				}
+			}
+			if fmt.Sprint(sum) != fmt.Sprint(want) {
+				t.Fatalf("%s: scan as of %d sums to %v, ReadAsOf gives %v", when, at, sum, want)
+			}
+		}
+	}
+	check("before compaction")
+	cs, err := Open(ctx, dir, Options{Retain: 20 * time.Millisecond, Grace: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	csh, err := cs.Shard(ctx, "t.scan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := csh.Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("after compaction")
+	if sh.Since() == 0 {
+		t.Fatal("the compaction did not advance since")
 	}
 }
