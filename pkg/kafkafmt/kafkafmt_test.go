@@ -218,7 +218,7 @@ func TestUpsertEnvelope(t *testing.T) {
 	sort.Strings(got)
 	want = []string{"a 3 @1:10 -1", "a 4 @1:10 +1", "z 9 @1:11 -1"}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("after LoadState:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		t.Errorf("after loading the state:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
@@ -296,7 +296,7 @@ func TestUpsertValueReuse(t *testing.T) {
 	got = rows(t, r)
 	r.Release()
 	if want := "e  @1:1 -1\ne v @1:1 +1"; strings.Join(got, "\n") != want {
-		t.Errorf("after LoadState:\n%s\nwant:\n%s", strings.Join(got, "\n"), want)
+		t.Errorf("after loading the state:\n%s\nwant:\n%s", strings.Join(got, "\n"), want)
 	}
 }
 
