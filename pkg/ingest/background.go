@@ -101,3 +101,15 @@ func finishIngest(mu *sync.Mutex, rc *reclock.Reclocker, w *storeWriter) error {
 	}
 	return w.Close()
 }
+
+// bindSnapshot binds the snapshot the source handed over and waits until
+// it is committed: where replication resumes is read from the store.
+func bindSnapshot(ctx context.Context, mu *sync.Mutex, rc *reclock.Reclocker, w *storeWriter) error {
+	mu.Lock()
+	err := rc.Tick(ctx, true)
+	mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return w.Flush()
+}

@@ -179,13 +179,7 @@ func RunPG(ctx context.Context, cfg PGConfig) error {
 		if err != nil {
 			return fmt.Errorf("ingest %s: %w", cfg.Source, err)
 		}
-		mu.Lock()
-		err = rc.Tick(ctx, true)
-		mu.Unlock()
-		if err == nil {
-			err = w.Flush() // where replication resumes depends on it
-		}
-		if err != nil {
+		if err := bindSnapshot(ctx, &mu, rc, w); err != nil {
 			return err
 		}
 		log.Info("snapshot done", "rows", res.Rows(), "rewound", res.Rewound(), "slot_lsn", res.SlotLSN, "snapshot_lsn", res.SnapshotLSN)
