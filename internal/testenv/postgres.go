@@ -421,8 +421,11 @@ func StopPostgresDir(ctx context.Context, dir string) error {
 	pidFile := filepath.Join(lay.data, "postmaster.pid")
 	if pid := readPid(pidFile); pid > 0 && !pidAlive(pid) {
 		// The server died without a shutdown (SIGKILL, parent death):
-		// pg_ctl would refuse the stale pid file. Free its shared memory.
-		return removeStaleShm(pidFile)
+		// pg_ctl would refuse the stale pid file. Free its shared memory,
+		// waiting at most a few seconds for its children to detach.
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return removeStaleShm(ctx, pidFile)
 	}
 	po := procOptions{runAs: ra, dir: lay.dir}
 	if err := runTool(ctx, po, pgctl, "stop", "-D", lay.data, "-m", "fast", "-w", "-t", "60"); err != nil {
@@ -436,15 +439,23 @@ func StopPostgresDir(ctx context.Context, dir string) error {
 
 // removeStaleShm removes the System V shared memory segment named in the
 // postmaster.pid of a server that was killed (a clean shutdown removes it
-// itself). Line 7 of the file is "key shmid". A segment that still has
-// processes attached is left alone.
-func removeStaleShm(pidFile string) error {
+// itself). Line 7 of the file is "key shmid". Only a segment created by the
+// dead postmaster (its cpid) is touched: an id reused by someone else is
+// left alone. The postmaster's children notice its death and detach on
+// their own a moment later, so the segment is marked for removal at once
+// (the kernel frees it when the last of them detaches) and, with a
+// deadline in ctx, removeStaleShm waits until it is gone.
+func removeStaleShm(ctx context.Context, pidFile string) error {
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
 		return nil
 	}
 	lines := strings.Split(string(b), "\n")
 	if len(lines) < 7 {
+		return nil
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(lines[0]))
+	if err != nil || pid <= 0 {
 		return nil
 	}
 	fields := strings.Fields(lines[6])
@@ -456,14 +467,33 @@ func removeStaleShm(pidFile string) error {
 		return nil
 	}
 	var ds shmidDS
-	if _, _, errno := syscall.Syscall(syscall.SYS_SHMCTL, uintptr(shmid), ipcStat, uintptr(unsafe.Pointer(&ds))); errno != 0 {
+	if shmStat(shmid, &ds) != nil {
 		return nil // already gone
 	}
-	if ds.nattch != 0 {
-		return nil
+	if int(ds.cpid) != pid {
+		return nil // the id now belongs to another segment
 	}
 	if _, _, errno := syscall.Syscall(syscall.SYS_SHMCTL, uintptr(shmid), ipcRmid, 0); errno != 0 {
 		return fmt.Errorf("remove shared memory segment %d of dead postgres: %w", shmid, errno)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		return nil
+	}
+	for shmStat(shmid, &ds) == nil {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("remove shared memory segment %d of dead postgres: still attached by %d processes: %w", shmid, ds.nattch, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// shmStat is shmctl(IPC_STAT); an error means the segment does not exist
+// (or is not ours to see).
+func shmStat(shmid int, ds *shmidDS) error {
+	if _, _, errno := syscall.Syscall(syscall.SYS_SHMCTL, uintptr(shmid), ipcStat, uintptr(unsafe.Pointer(ds))); errno != 0 {
+		return errno
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,7 +63,7 @@ func sweepStaleIn(tmp string, now time.Time) []string {
 			continue
 		}
 		if strings.HasPrefix(name, prefixPG) {
-			_ = removeStaleShm(pidFile)
+			_ = removeStaleShm(context.Background(), pidFile)
 		}
 		if os.RemoveAll(dir) == nil {
 			removed = append(removed, dir)

@@ -702,9 +702,23 @@ func assertStaleShmRemoved(t *testing.T, dir string) {
 	if _, _, errno := syscall.Syscall(syscall.SYS_SHMCTL, uintptr(shmid), ipcStat, uintptr(unsafe.Pointer(&ds))); errno != 0 {
 		t.Fatalf("segment %d of the killed server is not there: %v", shmid, errno)
 	}
+	// The killed postmaster's children detach only when they notice its
+	// death; on a busy machine that can be after StopPostgresDir starts.
+	// Stand in for a slow child: stay attached for a moment.
+	addr, _, errno := syscall.Syscall(syscall.SYS_SHMAT, uintptr(shmid), 0, 0)
+	if errno != 0 {
+		t.Fatalf("attach segment %d: %v", shmid, errno)
+	}
+	detached := make(chan struct{})
+	go func() {
+		defer close(detached)
+		time.Sleep(300 * time.Millisecond)
+		syscall.Syscall(syscall.SYS_SHMDT, addr, 0, 0)
+	}()
 	if err := StopPostgresDir(t.Context(), dir); err != nil {
 		t.Fatalf("stop dead server: %v", err)
 	}
+	<-detached
 	if _, _, errno := syscall.Syscall(syscall.SYS_SHMCTL, uintptr(shmid), ipcStat, uintptr(unsafe.Pointer(&ds))); errno == 0 {
 		t.Errorf("segment %d still there after StopPostgresDir", shmid)
 	}
