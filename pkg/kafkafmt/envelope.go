@@ -138,7 +138,7 @@ func NewDecoder(cfg Config) (Decoder, error) {
 			{Name: "key", Type: cfg.Key.Type(), Nullable: true},
 			{Name: "value", Type: cfg.Value.Type(), Nullable: true},
 		}
-		d := &upsertDecoder{base: newBase(cfg, fields, []string{"key"}), state: map[string]*upsertEntry{}, gen: 1}
+		d := &upsertDecoder{base: newBase(cfg, fields, []string{"key"}), state: newStateTable(), gen: 1}
 		d.kb, d.vb = d.b.Field(0), d.b.Field(1)
 		return d, nil
 	}
@@ -332,51 +332,31 @@ func (d *noneDecoder) Add(r *kgo.Record) error {
 // upsertDecoder is the upsert envelope: one row per key.
 type upsertDecoder struct {
 	base
-	// state maps key bytes to the key's entry. Entries are held by pointer
-	// so that a record of a known key updates its value in place:
-	// assigning to the map would make a new string of the key.
-	state map[string]*upsertEntry
+	// state maps key bytes to the key's entry (stateTable): its current
+	// value and whether it is live. Only live keys are held, except that
+	// in net mode a key deleted in the batch stays until emitNet.
+	state *stateTable
 	live  int // keys with a value
 
 	// Net mode (NetFrom): netFrom[p] is the first offset of partition p
 	// whose records are netted (every offset when p is absent); touched
-	// lists the entries netted in this batch, gen numbers the batch.
+	// lists the keys netted in this batch (their entries' gen is gen),
+	// with their values before the batch in before.
 	net     bool
 	netFrom map[int32]int64
-	touched []*upsertEntry
+	touched []touch
+	before  []byte
 	gen     uint64
 
 	loading map[string]*loadingKey // during a rebuild (ResetState)
 }
 
-// upsertEntry is one key's state.
-type upsertEntry struct {
-	key  string // the map key
-	kb   []byte // the same bytes, for the rows
-	val  []byte // the current value, when live
-	live bool
-	// In net mode, for the batch gen in which the key was last touched:
-	// its value before the batch, and the last record's position.
-	gen    uint64
-	before []byte
+// touch is a key netted in the batch: whether it was live before the
+// batch and, if so, its value then (before[lo:hi]).
+type touch struct {
+	id     uint32
 	had    bool
-	part   int32
-	off    int64
-}
-
-func newEntry(key []byte) *upsertEntry {
-	kb := bytes.Clone(key)
-	return &upsertEntry{key: string(kb), kb: kb}
-}
-
-// setVal makes v the entry's value, reusing its array when it fits
-// without holding on to much more memory than v needs.
-func setVal(dst *[]byte, v []byte) {
-	if n := len(v); cap(*dst) < n || cap(*dst) > 2*n+64 {
-		*dst = bytes.Clone(v)
-	} else {
-		*dst = append((*dst)[:0], v...)
-	}
+	lo, hi int
 }
 
 // NetFrom implements Netting.
@@ -395,84 +375,74 @@ func (d *upsertDecoder) Add(r *kgo.Record) error {
 		return err
 	}
 	d.reserve()
-	// string(r.Key) in a lookup makes no string.
-	e := d.state[string(r.Key)]
 	if d.net {
 		if from, ok := d.netFrom[r.Partition]; !ok || r.Offset >= from {
-			d.addNet(r, e)
+			d.addNet(r)
 			return nil
 		}
 		// A record not netted: the netted ones before it come first.
 		d.emitNet()
-		e = d.state[string(r.Key)]
 	}
+	id, ok, h := d.state.find(r.Key)
 	switch {
 	case r.Value == nil: // tombstone
-		if e != nil && e.live {
-			d.row(r, r.Key, e.val, -1)
-			d.kill(e)
+		if ok {
+			d.row(r, r.Key, d.state.value(id), -1)
+			d.state.remove(id)
+			d.live--
 		}
-	case e == nil || !e.live:
+	case !ok:
 		d.row(r, r.Key, r.Value, 1)
-		d.revive(e, r)
-	case bytes.Equal(e.val, r.Value):
+		id = d.state.add(r.Key, h, len(r.Value))
+		d.state.setValue(id, r.Value)
+		d.state.setLive(id, true)
+		d.live++
+	case bytes.Equal(d.state.value(id), r.Value):
 		// Same value again: the retraction and insertion cancel.
 	default:
-		d.row(r, r.Key, e.val, -1)
+		d.row(r, r.Key, d.state.value(id), -1)
 		d.row(r, r.Key, r.Value, 1)
-		setVal(&e.val, r.Value) // the rows hold copies
+		d.state.setValue(id, r.Value) // the rows hold copies
 	}
 	return nil
 }
 
-// revive gives the key of r (whose entry e may be nil) the value of r.
-func (d *upsertDecoder) revive(e *upsertEntry, r *kgo.Record) {
-	if e == nil {
-		e = newEntry(r.Key)
-		d.state[e.key] = e
-	}
-	setVal(&e.val, r.Value)
-	e.live = true
-	d.live++
-}
-
-// kill deletes the key of e and its entry.
-func (d *upsertDecoder) kill(e *upsertEntry) {
-	e.live = false
-	d.live--
-	delete(d.state, e.key)
-}
-
 // addNet applies r to the state and notes the key for the batch's net
 // rows, which Flush emits.
-func (d *upsertDecoder) addNet(r *kgo.Record, e *upsertEntry) {
-	if r.Value == nil && (e == nil || !e.live) {
-		return // deleting what is not there
-	}
-	if e == nil {
-		e = newEntry(r.Key)
-		d.state[e.key] = e
-	}
-	if e.gen != d.gen {
-		// First touch in this batch: remember the value before it.
-		e.gen, e.had = d.gen, e.live
-		if e.live {
-			setVal(&e.before, e.val)
+func (d *upsertDecoder) addNet(r *kgo.Record) {
+	st := d.state
+	id, ok, h := st.find(r.Key)
+	if !ok {
+		if r.Value == nil {
+			return // deleting what is not there
 		}
-		d.touched = append(d.touched, e)
+		id = st.add(r.Key, h, len(r.Value))
+	}
+	live := ok && st.live(id)
+	if !ok || st.gen(id) != d.gen {
+		// First touch in this batch: note the value before it.
+		t := touch{id: id, had: live, lo: len(d.before)}
+		if live {
+			d.before = append(d.before, st.value(id)...)
+		}
+		t.hi = len(d.before)
+		d.touched = append(d.touched, t)
+		st.setGen(id, d.gen)
 		d.rows += 2 // at most; Flush counts what it emits
 	}
-	e.part, e.off = r.Partition, r.Offset
+	st.setPos(id, r.Partition, r.Offset)
 	if r.Value == nil {
-		e.live = false
-		d.live--
+		if live {
+			st.setLive(id, false)
+			d.live--
+		}
 		return
 	}
-	if !e.live {
-		e.live = true
+	if !live {
+		st.setLive(id, true)
 		d.live++
 	}
-	setVal(&e.val, r.Value)
+	st.setValue(id, r.Value)
 }
 
 // Flush emits the net rows of the batch, then the batch.
@@ -487,31 +457,34 @@ func (d *upsertDecoder) Flush() arrow.Record {
 // last record.
 func (d *upsertDecoder) emitNet() {
 	if len(d.touched) > 0 {
+		st := d.state
 		d.rows -= 2 * len(d.touched)
-		for _, e := range d.touched {
-			if !e.live {
-				delete(d.state, e.key)
-			}
-			if e.had == e.live && (!e.live || bytes.Equal(e.before, e.val)) {
+		for _, t := range d.touched {
+			live := st.live(t.id)
+			before := d.before[t.lo:t.hi]
+			switch {
+			case t.had && live && bytes.Equal(before, st.value(t.id)):
 				continue // back where the batch started
+			case t.had:
+				d.netRow(t.id, before, -1)
 			}
-			if e.had {
-				d.netRow(e, e.before, -1)
-			}
-			if e.live {
-				d.netRow(e, e.val, 1)
+			if live {
+				d.netRow(t.id, st.value(t.id), 1)
+			} else {
+				st.remove(t.id)
 			}
 		}
 		clear(d.touched)
-		d.touched = d.touched[:0]
+		d.touched, d.before = d.touched[:0], d.before[:0]
 	}
 	d.gen++ // entries touched from now on are new to the batch
 }
 
-func (d *upsertDecoder) netRow(e *upsertEntry, value []byte, diff int64) {
-	d.cfg.Key.Append(d.kb, e.kb)
+func (d *upsertDecoder) netRow(id uint32, value []byte, diff int64) {
+	d.cfg.Key.Append(d.kb, d.state.key(id))
 	d.cfg.Value.Append(d.vb, value)
-	d.reservedAt(e.part, e.off, diff)
+	part, off := d.state.pos(id)
+	d.reservedAt(part, off, diff)
 }
 
 func (d *upsertDecoder) row(r *kgo.Record, key, value []byte, diff int64) {
@@ -525,7 +498,7 @@ func (d *upsertDecoder) StateSize() int { return d.live }
 
 // ResetState implements Stateful.
 func (d *upsertDecoder) ResetState() {
-	d.state, d.live, d.touched = map[string]*upsertEntry{}, 0, d.touched[:0]
+	d.state, d.live, d.touched, d.before = newStateTable(), 0, d.touched[:0], d.before[:0]
 	d.loading = map[string]*loadingKey{}
 }
 
@@ -616,7 +589,11 @@ func (d *upsertDecoder) EndState() error {
 		case lk.vals[0].n != 1:
 			return fmt.Errorf("load upsert state: key %q has multiplicity %d, but an upsert collection holds each key once", k, lk.vals[0].n)
 		}
-		d.state[k] = &upsertEntry{key: k, kb: lk.kb, val: lk.vals[0].v, live: true}
+		v := lk.vals[0].v
+		id, _, h := d.state.find(lk.kb)
+		id = d.state.add(lk.kb, h, len(v))
+		d.state.setValue(id, v)
+		d.state.setLive(id, true)
 		d.live++
 	}
 	d.loading = nil

@@ -417,7 +417,7 @@ func TestUpsertNetting(t *testing.T) {
 			if p, n := plain.(Stateful).StateSize(), netted.(Stateful).StateSize(); p != n {
 				t.Fatalf("seed %d: %d keys record by record, %d netted", seed, p, n)
 			}
-			if n, held := netted.(Stateful).StateSize(), len(netted.(*upsertDecoder).state); n != held {
+			if n, held := netted.(Stateful).StateSize(), netted.(*upsertDecoder).state.len(); n != held {
 				t.Fatalf("seed %d: %d keys but %d entries held: deleted keys linger", seed, n, held)
 			}
 			batchStart = off + 1
@@ -479,13 +479,16 @@ func testUpsertStateFromHistory(t *testing.T, vf string) {
 		t.Fatal(err)
 	}
 	want, got := map[string]string{}, map[string]string{}
-	for k, e := range d.(*upsertDecoder).state {
-		if e.live {
-			want[k] = string(e.val)
-		}
-	}
-	for k, e := range d2.(*upsertDecoder).state {
-		got[k] = string(e.val)
+	for _, c := range []struct {
+		d Decoder
+		m map[string]string
+	}{{d, want}, {d2, got}} {
+		st := c.d.(*upsertDecoder).state
+		st.each(func(id uint32) {
+			if st.live(id) {
+				c.m[string(st.key(id))] = string(st.value(id))
+			}
+		})
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) || d2.(Stateful).StateSize() != len(want) {
 		t.Fatalf("state from history %v (%d keys), decoder's %v", got, d2.(Stateful).StateSize(), want)
