@@ -140,6 +140,12 @@ func (r *Reclocker) Data(ctx context.Context, collection string, rec arrow.Recor
 	if err != nil {
 		return err
 	}
+	// New data (the usual case) is beyond every binding: it all waits.
+	if n := len(r.bindings); n == 0 || countBound(h, r.bindings[n-1].Frontier) == 0 {
+		rec.Retain()
+		r.pending = append(r.pending, h)
+		return nil
+	}
 	// Rows bound by durable bindings go out now; the rest wait.
 	var waitRows []int
 	byBinding := map[int][]int{}
@@ -270,26 +276,29 @@ func (r *Reclocker) mint(ctx context.Context, wall time.Time) error {
 	k := len(r.bindings) - 1
 	var still []held
 	for _, h := range r.pending {
+		// Held rows are beyond no earlier binding: this one binds those
+		// its frontier is beyond.
+		switch n := countBound(h, b.Frontier); {
+		case n == 0:
+			still = append(still, h)
+			continue
+		case n == int(h.rec.NumRows()):
+			if err := r.emit(h, nil, t); err != nil {
+				return err
+			}
+			h.rec.Release()
+			continue
+		}
 		var bound, wait []int
 		for i := 0; i < int(h.rec.NumRows()); i++ {
-			if r.firstBeyond(h.timeOf(i)) == k {
+			if b.Frontier.Beyond(h.timeOf(i)) {
 				bound = append(bound, i)
 			} else {
 				wait = append(wait, i)
 			}
 		}
-		if len(bound) > 0 {
-			if err := r.emit(h, bound, t); err != nil {
-				return err
-			}
-		}
-		if len(wait) == 0 {
-			h.rec.Release()
-			continue
-		}
-		if len(bound) == 0 {
-			still = append(still, h)
-			continue
+		if err := r.emit(h, bound, t); err != nil {
+			return err
 		}
 		sub, err := take(h.rec, wait, r.opts.Mem)
 		h.rec.Release()
@@ -384,13 +393,36 @@ func (h held) timeOf(i int) frontier.Time {
 	return t
 }
 
-// emit writes rows of h at system time t.
-func (r *Reclocker) emit(h held, rows []int, t uint64) error {
-	sub, err := take(h.rec, rows, r.opts.Mem)
-	if err != nil {
-		return err
+// countBound returns how many rows of h frontier f is beyond. Rows come
+// in runs of one partition (a source's chunks), so f is looked up once
+// per run.
+func countBound(h held, f frontier.Frontier) int {
+	n := 0
+	var part string
+	var upper uint64
+	for i := 0; i < h.times.Len(); i++ {
+		if i == 0 || h.parts != nil && h.parts.Value(i) != part {
+			t := h.timeOf(i)
+			part, upper = t.Partition, f.Get(t.Partition)
+		}
+		if h.times.Value(i) < upper {
+			n++
+		}
 	}
-	defer sub.Release()
+	return n
+}
+
+// emit writes rows of h (every row when rows is nil) at system time t.
+func (r *Reclocker) emit(h held, rows []int, t uint64) error {
+	sub := h.rec
+	if rows != nil {
+		var err error
+		if sub, err = take(h.rec, rows, r.opts.Mem); err != nil {
+			return err
+		}
+		defer sub.Release()
+	}
+	n := int(sub.NumRows())
 	s := sub.Schema()
 	cols := make([]arrow.Array, 0, h.schema.NumFields())
 	var diff arrow.Array
@@ -404,15 +436,19 @@ func (r *Reclocker) emit(h held, rows []int, t uint64) error {
 		}
 		cols = append(cols, sub.Column(i))
 	}
-	tb := array.NewUint64Builder(r.opts.Mem)
-	defer tb.Release()
-	for range rows {
-		tb.Append(t)
+	buf := memory.NewResizableBuffer(r.opts.Mem)
+	buf.Resize(n * 8)
+	ts := arrow.Uint64Traits.CastFromBytes(buf.Bytes())
+	for i := range ts {
+		ts[i] = t
 	}
-	times := tb.NewArray()
+	data := array.NewData(arrow.PrimitiveTypes.Uint64, n, []*memory.Buffer{nil, buf}, nil, 0, 0)
+	buf.Release()
+	times := array.NewUint64Data(data)
+	data.Release()
 	defer times.Release()
 	cols = append(cols, times, diff)
-	out := array.NewRecord(h.schema, cols, int64(len(rows)))
+	out := array.NewRecord(h.schema, cols, int64(n))
 	defer out.Release()
 	return r.out.Data(h.collection, h.schema, out)
 }
