@@ -56,8 +56,18 @@ var _ FS = OSFS{}
 // MkdirAll implements FS.
 func (OSFS) MkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }
 
-// CreateTemp implements FS.
-func (OSFS) CreateTemp(dir, prefix string) (File, error) { return os.CreateTemp(dir, prefix+"*") }
+// CreateTemp implements FS: the file is written around the page cache
+// (direct.go) where the filesystem allows it.
+func (OSFS) CreateTemp(dir, prefix string) (File, error) {
+	f, err := createTempDirect(dir, prefix)
+	switch {
+	case err != nil:
+		return nil, err
+	case f != nil:
+		return f, nil
+	}
+	return os.CreateTemp(dir, prefix+"*")
+}
 
 // Open implements FS.
 func (OSFS) Open(name string) (File, error) { return os.Open(name) }
