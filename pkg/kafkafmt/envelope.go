@@ -53,7 +53,9 @@ type Decoder interface {
 	// rtr.time kafka, rtr.key).
 	Schema() *arrow.Schema
 	// Add decodes one record (not a control record). On a *DecodeError
-	// nothing of the record is added.
+	// nothing of the record is added. The record's key and value bytes
+	// must not change until the next Flush (a decoder may apply a record
+	// late, with others); r itself may be reused.
 	Add(r *kgo.Record) error
 	// Rows is the number of rows added since the last Flush.
 	Rows() int
@@ -347,6 +349,10 @@ type upsertDecoder struct {
 	touched []touch
 	before  []byte
 	gen     uint64
+	// queue holds netted records not yet applied (drain), at most
+	// probeBatch; sink keeps what touching their state read.
+	queue []queued
+	sink  uint64
 
 	loading map[string]*loadingKey // during a rebuild (ResetState)
 }
@@ -377,7 +383,10 @@ func (d *upsertDecoder) Add(r *kgo.Record) error {
 	d.reserve()
 	if d.net {
 		if from, ok := d.netFrom[r.Partition]; !ok || r.Offset >= from {
-			d.addNet(r)
+			d.queue = append(d.queue, queued{key: r.Key, value: r.Value, part: r.Partition, off: r.Offset})
+			if len(d.queue) == probeBatch {
+				d.drain()
+			}
 			return nil
 		}
 		// A record not netted: the netted ones before it come first.
@@ -407,16 +416,48 @@ func (d *upsertDecoder) Add(r *kgo.Record) error {
 	return nil
 }
 
-// addNet applies r to the state and notes the key for the batch's net
-// rows, which Flush emits.
-func (d *upsertDecoder) addNet(r *kgo.Record) {
+// probeBatch is how many netted records drain looks up together.
+const probeBatch = 32
+
+// queued is a netted record waiting for drain. Its key and value are the
+// record's bytes (the Decoder contract keeps them unchanged until Flush).
+type queued struct {
+	key, value []byte
+	part       int32
+	off        int64
+}
+
+// drain applies the queued records in order (addNet). It first touches
+// the state each will read, so that the cache misses of the batch overlap:
+// with a state larger than the caches they are most of the work.
+func (d *upsertDecoder) drain() {
+	if len(d.queue) == 0 {
+		return
+	}
+	var hs [probeBatch]uint64
+	sink := d.sink
+	for i := range d.queue {
+		hs[i] = d.state.hash(d.queue[i].key)
+		sink += d.state.touch(hs[i])
+	}
+	d.sink = sink
+	for i := range d.queue {
+		d.addNet(&d.queue[i], hs[i])
+	}
+	clear(d.queue)
+	d.queue = d.queue[:0]
+}
+
+// addNet applies q, whose key hashes to h, to the state and notes the key
+// for the batch's net rows, which Flush emits.
+func (d *upsertDecoder) addNet(q *queued, h uint64) {
 	st := d.state
-	id, ok, h := st.find(r.Key)
+	id, ok := st.findHashed(q.key, h)
 	if !ok {
-		if r.Value == nil {
+		if q.value == nil {
 			return // deleting what is not there
 		}
-		id = st.add(r.Key, h, len(r.Value))
+		id = st.add(q.key, h, len(q.value))
 	}
 	live := ok && st.live(id)
 	if !ok || st.gen(id) != d.gen {
@@ -430,8 +471,8 @@ func (d *upsertDecoder) addNet(r *kgo.Record) {
 		st.setGen(id, d.gen)
 		d.rows += 2 // at most; Flush counts what it emits
 	}
-	st.setPos(id, r.Partition, r.Offset)
-	if r.Value == nil {
+	st.setPos(id, q.part, q.off)
+	if q.value == nil {
 		if live {
 			st.setLive(id, false)
 			d.live--
@@ -442,7 +483,7 @@ func (d *upsertDecoder) addNet(r *kgo.Record) {
 		st.setLive(id, true)
 		d.live++
 	}
-	st.setValue(id, r.Value)
+	st.setValue(id, q.value)
 }
 
 // Flush emits the net rows of the batch, then the batch.
@@ -456,10 +497,18 @@ func (d *upsertDecoder) Flush() arrow.Record {
 // before and the insertion of its value after, at the position of its
 // last record.
 func (d *upsertDecoder) emitNet() {
+	d.drain()
 	if len(d.touched) > 0 {
 		st := d.state
 		d.rows -= 2 * len(d.touched)
-		for _, t := range d.touched {
+		sink := d.sink
+		for i, t := range d.touched {
+			if i%probeBatch == 0 {
+				// Overlap the cache misses of the next records (drain).
+				for _, u := range d.touched[i:min(i+probeBatch, len(d.touched))] {
+					sink += st.touchID(u.id)
+				}
+			}
 			live := st.live(t.id)
 			before := d.before[t.lo:t.hi]
 			switch {
@@ -474,6 +523,7 @@ func (d *upsertDecoder) emitNet() {
 				st.remove(t.id)
 			}
 		}
+		d.sink = sink
 		clear(d.touched)
 		d.touched, d.before = d.touched[:0], d.before[:0]
 	}
@@ -494,11 +544,14 @@ func (d *upsertDecoder) row(r *kgo.Record, key, value []byte, diff int64) {
 }
 
 // StateSize implements Stateful.
-func (d *upsertDecoder) StateSize() int { return d.live }
+func (d *upsertDecoder) StateSize() int {
+	d.drain()
+	return d.live
+}
 
 // ResetState implements Stateful.
 func (d *upsertDecoder) ResetState() {
-	d.state, d.live, d.touched, d.before = newStateTable(), 0, d.touched[:0], d.before[:0]
+	d.state, d.live, d.touched, d.before, d.queue = newStateTable(), 0, d.touched[:0], d.before[:0], d.queue[:0]
 	d.loading = map[string]*loadingKey{}
 }
 

@@ -45,18 +45,41 @@ func (t *stateTable) len() int { return t.n }
 // find returns the id of key, whether it is there, and key's hash (for
 // add).
 func (t *stateTable) find(key []byte) (uint32, bool, uint64) {
-	h := maphash.Bytes(t.seed, key)
+	h := t.hash(key)
+	id, ok := t.findHashed(key, h)
+	return id, ok, h
+}
+
+func (t *stateTable) hash(key []byte) uint64 { return maphash.Bytes(t.seed, key) }
+
+// touch reads the slot, id and record a lookup of hash h starts with, and
+// returns something of them (so that the reads stay). Touching the hashes
+// of a batch of keys before looking them up lets their cache misses
+// overlap instead of coming one after the other.
+func (t *stateTable) touch(h uint64) uint64 {
+	s := t.slots[h&uint64(len(t.slots)-1)]
+	if s == 0 {
+		return 0
+	}
+	return s + uint64(t.arena[t.ids[uint32(s)-1]])
+}
+
+// touchID reads the start of id's record, as touch does.
+func (t *stateTable) touchID(id uint32) uint64 { return uint64(t.arena[t.ids[id]]) }
+
+// findHashed is find of a key whose hash is h.
+func (t *stateTable) findHashed(key []byte, h uint64) (uint32, bool) {
 	tag := h >> 32
 	mask := uint64(len(t.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		s := t.slots[i]
 		if s == 0 {
-			return 0, false, h
+			return 0, false
 		}
 		if s>>32 == tag {
 			id := uint32(s) - 1
 			if bytes.Equal(t.key(id), key) {
-				return id, true, h
+				return id, true
 			}
 		}
 	}
