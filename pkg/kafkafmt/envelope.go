@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"strconv"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
-	"github.com/apache/arrow/go/v17/arrow/memory"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/rtrctl/rtrctl/pkg/frontier"
@@ -27,8 +28,6 @@ type Config struct {
 	// Collection and Source go into the data schema's metadata
 	// (rtr.collection, rtr.source).
 	Collection, Source string
-	// Mem allocates Arrow buffers; nil means memory.DefaultAllocator.
-	Mem memory.Allocator
 }
 
 // DecodeError says that a record's bytes do not decode. It is definite:
@@ -108,9 +107,6 @@ func NewDecoder(cfg Config) (Decoder, error) {
 	if cfg.Value == nil {
 		cfg.Value = bytesFormat{}
 	}
-	if cfg.Mem == nil {
-		cfg.Mem = memory.DefaultAllocator
-	}
 	switch cfg.Envelope {
 	case "none", "":
 		// partition and offset first: they identify a record, so the
@@ -125,137 +121,64 @@ func NewDecoder(cfg Config) (Decoder, error) {
 			{Name: "header_keys", Type: arrow.ListOf(arrow.BinaryTypes.String), Nullable: true},
 			{Name: "header_values", Type: arrow.ListOf(arrow.BinaryTypes.Binary), Nullable: true},
 		}
-		d := &noneDecoder{base: newBase(cfg, fields, []string{"partition", "offset"})}
-		d.part = d.b.Field(0).(*array.Int32Builder)
-		d.off = d.b.Field(1).(*array.Int64Builder)
-		d.kb, d.vb = d.b.Field(2), d.b.Field(3)
-		d.ts = d.b.Field(4).(*array.TimestampBuilder)
-		d.hk = d.b.Field(5).(*array.ListBuilder)
-		d.hv = d.b.Field(6).(*array.ListBuilder)
-		d.hkv = d.hk.ValueBuilder().(*array.StringBuilder)
-		d.hvv = d.hv.ValueBuilder().(*array.BinaryBuilder)
+		d := &noneDecoder{base: newBase(cfg, fields, []string{"partition", "offset"}),
+			hk: newListColumn(arrow.BinaryTypes.String), hv: newListColumn(arrow.BinaryTypes.Binary)}
 		return d, nil
 	case "upsert":
 		fields := []arrow.Field{
 			{Name: "key", Type: cfg.Key.Type(), Nullable: true},
 			{Name: "value", Type: cfg.Value.Type(), Nullable: true},
 		}
-		d := &upsertDecoder{base: newBase(cfg, fields, []string{"key"}), state: newStateTable(), gen: 1}
-		d.kb, d.vb = d.b.Field(0), d.b.Field(1)
-		return d, nil
+		return &upsertDecoder{base: newBase(cfg, fields, []string{"key"}), state: newStateTable(), gen: 1}, nil
 	}
 	return nil, fmt.Errorf("new decoder: unknown envelope %q (want none or upsert)", cfg.Envelope)
 }
 
-// base holds the record builder shared by the envelopes: the user columns,
-// then _time, _diff, _partition.
+// base holds the columns shared by the envelopes: the key and value
+// columns, and _time, _diff, _partition.
 type base struct {
 	cfg    Config
 	schema *arrow.Schema
-	b      *array.RecordBuilder
-	nUser  int
-	kb, vb array.Builder // the key and value columns
-	times  *array.Uint64Builder
-	diffs  *array.Int64Builder
-	parts  *array.StringBuilder
+	kc, vc Column // the key and value columns
+	times  fixed[uint64]
+	diffs  fixed[int64]
+	parts  *bytesColumn
 	rows   int
-	pnames []string // partition number -> decimal name
-	sized  []sized  // every builder, with its size at the last Flush
-	grow   bool     // Flush noted sizes that the next Add reserves
-}
-
-// sized is a builder with its length, and its data length for a binary
-// builder, at the last Flush. A batch tends to be the size of the last one
-// (ingest flushes at a row count), so the first Add of a batch reserves
-// that much: a builder that grows by doubling allocates, zeroes and copies
-// its buffers again and again in every batch.
-type sized struct {
-	b         array.Builder
-	bin       *array.BinaryBuilder // b's data, nil when b has none
-	len, data int
-}
-
-// sizeBuilders lists bs and the value builders of its lists.
-func sizeBuilders(list []sized, bs ...array.Builder) []sized {
-	for _, b := range bs {
-		s := sized{b: b}
-		switch b := b.(type) {
-		case *array.BinaryBuilder:
-			s.bin = b
-		case *array.StringBuilder:
-			s.bin = b.BinaryBuilder
-		case *array.ListBuilder:
-			list = sizeBuilders(list, b.ValueBuilder())
-		}
-		list = append(list, s)
-	}
-	return list
+	pnames [][]byte // partition number -> decimal name
 }
 
 func newBase(cfg Config, fields []arrow.Field, key []string) base {
 	h := pipe.Header{Kind: pipe.KindData, Collection: cfg.Collection, Source: cfg.Source, Domain: frontier.DomainKafka, Key: key}
-	schema := pipe.DataSchema(fields, frontier.DomainKafka, h.Metadata())
-	b := array.NewRecordBuilder(cfg.Mem, schema)
-	n := len(fields)
 	return base{
-		cfg: cfg, schema: schema, b: b, nUser: n,
-		times: b.Field(n).(*array.Uint64Builder),
-		diffs: b.Field(n + 1).(*array.Int64Builder),
-		parts: b.Field(n + 2).(*array.StringBuilder),
-		sized: sizeBuilders(nil, b.Fields()...),
+		cfg: cfg, schema: pipe.DataSchema(fields, frontier.DomainKafka, h.Metadata()),
+		kc: cfg.Key.NewColumn(), vc: cfg.Value.NewColumn(), parts: newBytesColumn(arrow.BinaryTypes.String),
 	}
 }
 
 func (d *base) Schema() *arrow.Schema { return d.schema }
 func (d *base) Rows() int             { return d.rows }
-func (d *base) Release()              { d.b.Release() }
+func (d *base) Release()              {}
 
-func (d *base) Flush() arrow.Record {
-	if d.rows == 0 {
-		return nil
-	}
+// flush returns a record of the user columns cols (which it releases)
+// and the reserved columns, and starts an empty batch.
+func (d *base) flush(cols ...arrow.Array) arrow.Record {
+	n := int64(d.rows)
 	d.rows = 0
-	for i := range d.sized {
-		s := &d.sized[i]
-		s.len = s.b.Len()
-		if s.bin != nil {
-			s.data = s.bin.DataLen()
-		}
+	cols = append(cols, d.times.finish(arrow.PrimitiveTypes.Uint64), d.diffs.finish(arrow.PrimitiveTypes.Int64), d.parts.Finish())
+	rec := array.NewRecord(d.schema, cols, n)
+	for _, c := range cols {
+		c.Release()
 	}
-	d.grow = true
-	return d.b.NewRecord()
-}
-
-// reserve reserves, at the start of a batch, the sizes of the last batch,
-// with an eighth more data since values vary in length (the row counts
-// round up to a power of two already).
-func (d *base) reserve() {
-	if !d.grow {
-		return
-	}
-	d.grow = false
-	for _, s := range d.sized {
-		if s.len > 0 {
-			s.b.Reserve(s.len)
-		}
-		if s.data > 0 {
-			s.bin.ReserveData(s.data + s.data/8)
-		}
-	}
-}
-
-// reserved appends the reserved columns of one row.
-func (d *base) reserved(r *kgo.Record, diff int64) {
-	d.reservedAt(r.Partition, r.Offset, diff)
+	return rec
 }
 
 // reservedAt appends the reserved columns of a row at (partition, offset).
 func (d *base) reservedAt(partition int32, offset int64, diff int64) {
-	d.times.Append(uint64(offset))
-	d.diffs.Append(diff)
+	d.times.append(uint64(offset))
+	d.diffs.append(diff)
 	p := int(partition)
 	for len(d.pnames) <= p {
-		d.pnames = append(d.pnames, strconv.Itoa(len(d.pnames)))
+		d.pnames = append(d.pnames, []byte(strconv.Itoa(len(d.pnames))))
 	}
 	d.parts.Append(d.pnames[p])
 	d.rows++
@@ -280,24 +203,16 @@ func (d *base) check(r *kgo.Record) error {
 	return nil
 }
 
-func appendOrNull(f Format, b array.Builder, data []byte) {
-	if data == nil {
-		b.AppendNull()
-		return
-	}
-	f.Append(b, data)
-}
-
 // noneDecoder is the append-only envelope.
 type noneDecoder struct {
 	base
-	part   *array.Int32Builder
-	off    *array.Int64Builder
-	ts     *array.TimestampBuilder
-	hk, hv *array.ListBuilder
-	hkv    *array.StringBuilder // hk's values
-	hvv    *array.BinaryBuilder // hv's values
+	part   fixed[int32]
+	off    fixed[int64]
+	ts     fixed[int64]
+	hk, hv *listColumn
 }
+
+var timestampMillis = &arrow.TimestampType{Unit: arrow.Millisecond, TimeZone: "UTC"}
 
 func (d *noneDecoder) Add(r *kgo.Record) error {
 	if r.Partition < 0 {
@@ -311,24 +226,27 @@ func (d *noneDecoder) Add(r *kgo.Record) error {
 			return d.decodeErr(r, "header key %q is not valid UTF-8", h.Key)
 		}
 	}
-	d.reserve()
-	d.part.Append(r.Partition)
-	d.off.Append(r.Offset)
-	appendOrNull(d.cfg.Key, d.kb, r.Key)
-	appendOrNull(d.cfg.Value, d.vb, r.Value)
-	d.ts.Append(arrow.Timestamp(r.Timestamp.UnixMilli()))
-	d.hk.Append(true)
-	d.hv.Append(true)
+	d.part.append(r.Partition)
+	d.off.append(r.Offset)
+	d.kc.Append(r.Key)
+	d.vc.Append(r.Value)
+	d.ts.append(r.Timestamp.UnixMilli())
 	for _, h := range r.Headers {
-		d.hkv.Append(h.Key)
-		if h.Value == nil {
-			d.hvv.AppendNull()
-		} else {
-			d.hvv.Append(h.Value)
-		}
+		d.hk.elems.Append(unsafe.Slice(unsafe.StringData(h.Key), len(h.Key)))
+		d.hv.elems.Append(h.Value)
 	}
-	d.reserved(r, 1)
+	d.hk.next()
+	d.hv.next()
+	d.reservedAt(r.Partition, r.Offset, 1)
 	return nil
+}
+
+func (d *noneDecoder) Flush() arrow.Record {
+	if d.rows == 0 {
+		return nil
+	}
+	return d.flush(d.part.finish(arrow.PrimitiveTypes.Int32), d.off.finish(arrow.PrimitiveTypes.Int64),
+		d.kc.Finish(), d.vc.Finish(), d.ts.finish(timestampMillis), d.hk.finish(), d.hv.finish())
 }
 
 // upsertDecoder is the upsert envelope: one row per key.
@@ -380,7 +298,6 @@ func (d *upsertDecoder) Add(r *kgo.Record) error {
 	if err := d.check(r); err != nil {
 		return err
 	}
-	d.reserve()
 	if d.net {
 		if from, ok := d.netFrom[r.Partition]; !ok || r.Offset >= from {
 			d.queue = append(d.queue, queued{key: r.Key, value: r.Value, part: r.Partition, off: r.Offset})
@@ -489,7 +406,10 @@ func (d *upsertDecoder) addNet(q *queued, h uint64) {
 // Flush emits the net rows of the batch, then the batch.
 func (d *upsertDecoder) Flush() arrow.Record {
 	d.emitNet()
-	return d.base.Flush()
+	if d.rows == 0 {
+		return nil
+	}
+	return d.flush(d.kc.Finish(), d.vc.Finish())
 }
 
 // emitNet appends the net rows of the keys touched in net mode since the
@@ -531,16 +451,16 @@ func (d *upsertDecoder) emitNet() {
 }
 
 func (d *upsertDecoder) netRow(id uint32, value []byte, diff int64) {
-	d.cfg.Key.Append(d.kb, d.state.key(id))
-	d.cfg.Value.Append(d.vb, value)
+	d.kc.Append(d.state.key(id))
+	d.vc.Append(value)
 	part, off := d.state.pos(id)
 	d.reservedAt(part, off, diff)
 }
 
 func (d *upsertDecoder) row(r *kgo.Record, key, value []byte, diff int64) {
-	d.cfg.Key.Append(d.kb, key)
-	d.cfg.Value.Append(d.vb, value)
-	d.reserved(r, diff)
+	d.kc.Append(key)
+	d.vc.Append(value)
+	d.reservedAt(r.Partition, r.Offset, diff)
 }
 
 // StateSize implements Stateful.

@@ -47,9 +47,9 @@ type Format interface {
 	// Check reports whether data (never nil) decodes; the error says why
 	// not, without naming the record (the caller adds that).
 	Check(data []byte) error
-	// Append decodes data, which Check accepted, and appends it to b, a
-	// builder of Type().
-	Append(b array.Builder, data []byte)
+	// NewColumn returns an empty column of Type() that decodes values
+	// this format's Check accepted.
+	NewColumn() Column
 	// Raw returns the bytes that decode to element i of arr (a non-null
 	// element of a column of Type()). The upsert envelope uses it to
 	// rebuild its state from the store; a format whose decoding loses
@@ -79,9 +79,7 @@ type bytesFormat struct{}
 func (bytesFormat) Name() string            { return "bytes" }
 func (bytesFormat) Type() arrow.DataType    { return arrow.BinaryTypes.Binary }
 func (bytesFormat) Check(data []byte) error { return nil }
-func (bytesFormat) Append(b array.Builder, data []byte) {
-	b.(*array.BinaryBuilder).Append(data)
-}
+func (bytesFormat) NewColumn() Column       { return newBytesColumn(arrow.BinaryTypes.Binary) }
 func (bytesFormat) Raw(arr arrow.Array, i int) ([]byte, error) {
 	a, ok := arr.(*array.Binary)
 	if !ok {
@@ -100,9 +98,7 @@ func (textFormat) Check(data []byte) error {
 	}
 	return nil
 }
-func (textFormat) Append(b array.Builder, data []byte) {
-	b.(*array.StringBuilder).BinaryBuilder.Append(data)
-}
+func (textFormat) NewColumn() Column                          { return newBytesColumn(arrow.BinaryTypes.String) }
 func (textFormat) Raw(arr arrow.Array, i int) ([]byte, error) { return stringRaw(arr, i) }
 
 type jsonFormat struct{}
@@ -120,9 +116,7 @@ func (jsonFormat) Check(data []byte) error {
 	}
 	return fmt.Errorf("malformed JSON: %w", err)
 }
-func (jsonFormat) Append(b array.Builder, data []byte) {
-	b.(*array.StringBuilder).BinaryBuilder.Append(data)
-}
+func (jsonFormat) NewColumn() Column                          { return newBytesColumn(arrow.BinaryTypes.String) }
 func (jsonFormat) Raw(arr arrow.Array, i int) ([]byte, error) { return stringRaw(arr, i) }
 
 func stringRaw(arr arrow.Array, i int) ([]byte, error) {

@@ -34,7 +34,7 @@ func loadState(d Decoder, recs ...arrow.Record) error {
 	return s.EndState()
 }
 
-func newDec(t *testing.T, mem memory.Allocator, env, kf, vf string) Decoder {
+func newDec(t *testing.T, env, kf, vf string) Decoder {
 	t.Helper()
 	k, err := ParseFormat(kf)
 	if err != nil {
@@ -44,7 +44,7 @@ func newDec(t *testing.T, mem memory.Allocator, env, kf, vf string) Decoder {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDecoder(Config{Envelope: env, Key: k, Value: v, Collection: "t", Source: "kafka.t", Mem: mem})
+	d, err := NewDecoder(Config{Envelope: env, Key: k, Value: v, Collection: "t", Source: "kafka.t"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,15 +102,18 @@ func TestFormats(t *testing.T) {
 		if !tc.ok {
 			continue
 		}
-		b := array.NewBuilder(memory.DefaultAllocator, f.Type())
-		f.Append(b, tc.in)
-		a := b.NewArray()
+		c := f.NewColumn()
+		c.Append(tc.in)
+		c.Append(nil)
+		a := c.Finish()
+		if !arrow.TypeEqual(a.DataType(), f.Type()) || a.Len() != 2 || a.IsNull(0) || !a.IsNull(1) {
+			t.Errorf("%s: column %v of %d values (nulls %d), want %s with a value and a null", tc.format, a.DataType(), a.Len(), a.NullN(), f.Type())
+		}
 		raw, err := f.Raw(a, 0)
 		if err != nil || string(raw) != string(tc.in) {
 			t.Errorf("%s: Raw = %q, %v; want %q", tc.format, raw, err, tc.in)
 		}
 		a.Release()
-		b.Release()
 	}
 	if _, err := ParseFormat("avro"); err == nil {
 		t.Error("ParseFormat(avro) succeeded")
@@ -120,7 +123,7 @@ func TestFormats(t *testing.T) {
 func TestNoneEnvelope(t *testing.T) {
 	mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
 	defer mem.AssertSize(t, 0)
-	d := newDec(t, mem, "none", "text", "json")
+	d := newDec(t, "none", "text", "json")
 	defer d.Release()
 	if err := d.Add(rec(0, 5, []byte("k1"), []byte(`{"x":1}`), kgo.RecordHeader{Key: "h1", Value: []byte("v1")}, kgo.RecordHeader{Key: "h2"})); err != nil {
 		t.Fatal(err)
@@ -158,7 +161,7 @@ func TestNoneEnvelope(t *testing.T) {
 func TestUpsertEnvelope(t *testing.T) {
 	mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
 	defer mem.AssertSize(t, 0)
-	d := newDec(t, mem, "upsert", "bytes", "text")
+	d := newDec(t, "upsert", "bytes", "text")
 	defer d.Release()
 	add := func(off int64, k string, v []byte) {
 		t.Helper()
@@ -190,7 +193,7 @@ func TestUpsertEnvelope(t *testing.T) {
 	}
 
 	// Rebuild the state of a fresh decoder from a store-shaped read.
-	d2 := newDec(t, mem, "upsert", "bytes", "text")
+	d2 := newDec(t, "upsert", "bytes", "text")
 	defer d2.Release()
 	schema := arrow.NewSchema([]arrow.Field{{Name: "key", Type: arrow.BinaryTypes.Binary}, {Name: "value", Type: arrow.BinaryTypes.String}, {Name: "_diff", Type: arrow.PrimitiveTypes.Int64}}, nil)
 	b := array.NewRecordBuilder(mem, schema)
@@ -227,7 +230,7 @@ func TestUpsertEnvelope(t *testing.T) {
 func TestUpsertValueReuse(t *testing.T) {
 	mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
 	defer mem.AssertSize(t, 0)
-	d := newDec(t, mem, "upsert", "bytes", "bytes")
+	d := newDec(t, "upsert", "bytes", "bytes")
 	defer d.Release()
 	long := strings.Repeat("L", 300)
 	var want []string
@@ -305,7 +308,7 @@ func TestUpsertValueReuse(t *testing.T) {
 func TestNoneBatches(t *testing.T) {
 	mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
 	defer mem.AssertSize(t, 0)
-	d := newDec(t, mem, "none", "bytes", "text")
+	d := newDec(t, "none", "bytes", "text")
 	defer d.Release()
 	off := int64(0)
 	for _, n := range []int{3, 100, 7, 1, 300} {
@@ -347,8 +350,8 @@ func TestUpsertNetting(t *testing.T) {
 	for seed := uint64(1); seed <= 20; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
-		plain := newDec(t, mem, "upsert", "bytes", "bytes")
-		netted := newDec(t, mem, "upsert", "bytes", "bytes")
+		plain := newDec(t, "upsert", "bytes", "bytes")
+		netted := newDec(t, "upsert", "bytes", "bytes")
 		from := int64(rng.IntN(40))
 		netted.(Netting).NetFrom(map[int32]int64{0: from})
 		consolidated := func(r arrow.Record) (map[string]int64, []string) {
@@ -442,7 +445,7 @@ func testUpsertStateFromHistory(t *testing.T, vf string) {
 	mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
 	defer mem.AssertSize(t, 0)
 	rng := rand.New(rand.NewPCG(11, 12))
-	d := newDec(t, mem, "upsert", "bytes", vf)
+	d := newDec(t, "upsert", "bytes", vf)
 	defer d.Release()
 	var out []arrow.Record
 	for off := int64(0); off < 500; off++ {
@@ -473,7 +476,7 @@ func testUpsertStateFromHistory(t *testing.T, vf string) {
 		}
 	}
 	rng.Shuffle(len(parts), func(i, j int) { parts[i], parts[j] = parts[j], parts[i] })
-	d2 := newDec(t, mem, "upsert", "bytes", vf)
+	d2 := newDec(t, "upsert", "bytes", vf)
 	defer d2.Release()
 	if err := loadState(d2, parts...); err != nil {
 		t.Fatal(err)
@@ -516,7 +519,7 @@ func testUpsertStateFromHistory(t *testing.T, vf string) {
 		}
 		r := b.NewRecord()
 		b.Release()
-		d3 := newDec(t, mem, "upsert", "bytes", "bytes")
+		d3 := newDec(t, "upsert", "bytes", "bytes")
 		err := loadState(d3, r)
 		r.Release()
 		d3.Release()
