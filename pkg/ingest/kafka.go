@@ -181,12 +181,21 @@ func RunKafka(ctx context.Context, cfg KafkaConfig) error {
 		}()
 	}
 
+	var partBytes int32
+	if cfg.Envelope == "upsert" {
+		// The decoder nets each partition chunk of a fetch per key, so
+		// larger chunks write fewer rows: with 100k keys, 8 MiB chunks
+		// take BenchmarkKafkaIngest/upsert from 0.26x to 0.39x of a raw
+		// consumer. Append-only chunks gain nothing (docs/kafka.md).
+		partBytes = 8 << 20
+	}
 	err = replicate.StreamKafka(streamCtx, replicate.KafkaConfig{
 		Brokers: cfg.Brokers, Topics: topics, MaxRecordBytes: cfg.MaxRecordBytes,
 		CheckInterval: cfg.CheckInterval, Logger: log, OnStart: cfg.OnStart,
 		// Whole partition chunks of a fetch per record: the reclocker
 		// holds them anyway, and an upsert decoder nets over a record.
-		FlushRows: 1 << 20,
+		FlushRows:           1 << 20,
+		FetchPartitionBytes: partBytes,
 	}, &kafkaSink{ctx: streamCtx, runs: runs})
 	stopStream()
 	if terr := bg.wait(); terr != nil {

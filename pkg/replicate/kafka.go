@@ -55,6 +55,11 @@ type KafkaConfig struct {
 	CheckInterval time.Duration
 	// FlushRows bounds the rows of one data record (default 8192).
 	FlushRows int
+	// FetchPartitionBytes is the most one fetch reads of one partition
+	// (0: franz-go's default, 1 MiB). A partition's records of one fetch
+	// are one chunk, which an upsert decoder nets per key: larger chunks
+	// net more.
+	FetchPartitionBytes int32
 	// MaxBackoff caps the wait between attempts to reach the brokers at
 	// the start; zero means 10s. Once running, the client reconnects by
 	// itself.
@@ -281,6 +286,9 @@ func (s *kafkaStreamer) run(ctx context.Context) error {
 		kgo.FetchMaxBytes(min(maxRead, 50<<20)),
 		kgo.MaxDecompressBatchBytes(int(maxRead)),
 		s.metaAge,
+	}
+	if s.cfg.FetchPartitionBytes > 0 {
+		opts = append(opts, kgo.FetchMaxPartitionBytes(s.cfg.FetchPartitionBytes))
 	}
 	opts = append(opts, s.cfg.ClientOpts...)
 	cl, err := kgo.NewClient(opts...)
