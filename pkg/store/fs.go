@@ -56,17 +56,14 @@ var _ FS = OSFS{}
 // MkdirAll implements FS.
 func (OSFS) MkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }
 
-// CreateTemp implements FS: the file is written around the page cache
-// (direct.go) where the filesystem allows it.
+// CreateTemp implements FS: the file's writes past its first MiB go
+// around the page cache (direct.go) where the filesystem allows it.
 func (OSFS) CreateTemp(dir, prefix string) (File, error) {
-	f, err := createTempDirect(dir, prefix)
-	switch {
-	case err != nil:
+	f, err := createTemp(dir, prefix)
+	if err != nil {
 		return nil, err
-	case f != nil:
-		return f, nil
 	}
-	return os.CreateTemp(dir, prefix+"*")
+	return f, nil
 }
 
 // Open implements FS.
