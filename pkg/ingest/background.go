@@ -20,10 +20,10 @@ type background struct {
 }
 
 // startBackground starts the loops under ctx. tick mints a binding if one
-// is due (callers lock their reclocker in it); it runs every interval/10,
-// so that data the source completed while it went quiet is bound at most
-// a tenth of an interval after the interval allows (a tick with nothing
-// due costs a lock and a comparison).
+// is due (callers lock their reclocker in it); it runs every interval/10
+// (at most every 10 ms), so that data the source completed while it went
+// quiet is bound at most a tenth of an interval after the interval allows
+// (a tick with nothing due costs a lock and a comparison).
 // Compaction runs every compactEvery when that is positive.
 func startBackground(ctx context.Context, stop context.CancelFunc, interval, compactEvery time.Duration,
 	tick func(context.Context) error, st *store.Store, log *slog.Logger) *background {
@@ -31,7 +31,7 @@ func startBackground(ctx context.Context, stop context.CancelFunc, interval, com
 	if interval <= 0 {
 		interval = reclock.DefaultInterval
 	}
-	b.every(ctx, max(interval/10, time.Millisecond), func() bool {
+	b.every(ctx, max(interval/10, 10*time.Millisecond), func() bool {
 		if err := tick(ctx); err != nil && ctx.Err() == nil {
 			b.errc <- err
 			stop()
