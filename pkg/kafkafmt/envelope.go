@@ -9,7 +9,6 @@ import (
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
-
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/rtrctl/rtrctl/pkg/frontier"
@@ -61,7 +60,8 @@ type Decoder interface {
 	// Flush returns the rows added since the last Flush (nil when there
 	// are none); the caller releases it.
 	Flush() arrow.Record
-	// Release frees the builders.
+	// Release frees what the decoder holds outside the Go heap (nothing,
+	// for the decoders here: their columns are Go slices).
 	Release()
 }
 
@@ -214,6 +214,15 @@ type noneDecoder struct {
 
 var timestampMillis = &arrow.TimestampType{Unit: arrow.Millisecond, TimeZone: "UTC"}
 
+// stringBytes returns the bytes of s without a copy, never nil (nil is a
+// null to a Column, and "" is a header key like any other).
+func stringBytes(s string) []byte {
+	if s == "" {
+		return []byte{}
+	}
+	return unsafe.Slice(unsafe.StringData(s), len(s))
+}
+
 func (d *noneDecoder) Add(r *kgo.Record) error {
 	if r.Partition < 0 {
 		return d.decodeErr(r, "negative partition")
@@ -232,7 +241,7 @@ func (d *noneDecoder) Add(r *kgo.Record) error {
 	d.vc.Append(r.Value)
 	d.ts.append(r.Timestamp.UnixMilli())
 	for _, h := range r.Headers {
-		d.hk.elems.Append(unsafe.Slice(unsafe.StringData(h.Key), len(h.Key)))
+		d.hk.elems.Append(stringBytes(h.Key))
 		d.hv.elems.Append(h.Value)
 	}
 	d.hk.next()

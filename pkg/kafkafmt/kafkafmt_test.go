@@ -125,7 +125,7 @@ func TestNoneEnvelope(t *testing.T) {
 	defer mem.AssertSize(t, 0)
 	d := newDec(t, "none", "text", "json")
 	defer d.Release()
-	if err := d.Add(rec(0, 5, []byte("k1"), []byte(`{"x":1}`), kgo.RecordHeader{Key: "h1", Value: []byte("v1")}, kgo.RecordHeader{Key: "h2"})); err != nil {
+	if err := d.Add(rec(0, 5, []byte("k1"), []byte(`{"x":1}`), kgo.RecordHeader{Key: "h1", Value: []byte("v1")}, kgo.RecordHeader{Key: "h2"}, kgo.RecordHeader{Key: "", Value: []byte{}})); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Add(rec(2, 0, nil, nil)); err != nil {
@@ -144,7 +144,7 @@ func TestNoneEnvelope(t *testing.T) {
 	defer r.Release()
 	got := rows(t, r)
 	want := []string{
-		`0 5 k1 {"x":1} 2023-11-14 22:13:20.005Z ["h1","h2"] ["djE=",null] @0:5 +1`,
+		`0 5 k1 {"x":1} 2023-11-14 22:13:20.005Z ["h1","h2",""] ["djE=",null,""] @0:5 +1`,
 		`2 0 null null 2023-11-14 22:13:20Z [] [] @2:0 +1`,
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
