@@ -571,9 +571,9 @@ func (d *upsertDecoder) EndState() error {
 		case lk.vals[0].n != 1:
 			return fmt.Errorf("load upsert state: key %q has multiplicity %d, but an upsert collection holds each key once", k, lk.vals[0].n)
 		}
+		// Keys are distinct here and the state was reset: no lookup.
 		v := lk.vals[0].v
-		id, _, h := d.state.find(lk.kb)
-		id = d.state.add(lk.kb, h, len(v))
+		id := d.state.add(lk.kb, d.state.hash(lk.kb), len(v))
 		d.state.setValue(id, v)
 		d.state.setLive(id, true)
 		d.live++
