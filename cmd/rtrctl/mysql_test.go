@@ -328,8 +328,15 @@ func startMyIngest(t *testing.T, dsnStr, dir string, tables []string) {
 // behind a 300 ms proxy, a plain read right after a commit misses the new
 // rows, and a read as of wait-recent's t has exactly them. On an idle
 // server wait-recent answers quickly.
+//
+// The server is its own. On the server the test packages share, with the
+// MySQL tests of pkg/replicate and pkg/ingest running at the same time,
+// this ingest's progress sometimes stalls short of the server-wide GTID
+// for more than 20 s (CI: 328 transactions behind; reproduced in 1-2 of 3
+// runs, at 13ab83a too). That stall is not diagnosed yet; it must not
+// make this test, which is about recency, flaky.
 func TestMySQLWaitRecent(t *testing.T) {
-	m := testenv.SharedMariaDB(t)
+	m := testenv.StartMariaDB(t, testenv.MariaDBOptions{})
 	d := newMyDB(t, m)
 	d.exec(t, "CREATE TABLE items (id int PRIMARY KEY, v varchar(20))")
 	table := d.name + ".items"
