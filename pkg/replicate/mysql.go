@@ -625,6 +625,14 @@ func (s *myStreamer) session(ctx context.Context) (started bool, err error) {
 				return started, err
 			}
 		case <-s.cfg.Nudge:
+			// Not while an idle mark is pending: the stream reports progress
+			// when it gets there, and a check is two queries on the control
+			// connection that stop the stream meanwhile (a waiter behind a
+			// busy server nudges every 20 ms; on a slow link the stream
+			// then did nothing else).
+			if s.idle != nil {
+				continue
+			}
 			if err := s.checkIdle(ctx); err != nil {
 				return started, err
 			}
