@@ -49,6 +49,7 @@ type Proxy struct {
 	latency  [2]time.Duration
 	bw       [2]int64     // bytes per second; 0 is unlimited
 	nextFree [2]time.Time // token bucket: when the link is free again
+	queued   [2]int64     // bytes read and not yet written, per direction
 	cut      bool
 	stalled  bool
 	resume   chan struct{} // closed by Restore
@@ -312,15 +313,24 @@ type chunk struct {
 // pump copies src to dst with the proxy's latency, bandwidth and stalls.
 // At EOF it half-closes dst; on an error it closes the whole connection.
 func (p *Proxy) pump(c *proxyConn, dir Direction, src, dst net.Conn) {
-	ch := make(chan chunk, 256)
+	// Latency delays each chunk by itself, as a link's propagation delay
+	// does: how much is in flight is bounded by bytes (maxQueued), not by
+	// a number of chunks, so a stream of small packets (a binlog of small
+	// events) is not slowed to a chunk window per latency.
+	ch := make(chan chunk, 1<<16)
+	fc := newQueueLimit(maxQueued)
 	go func() {
 		defer close(ch)
+		buf := make([]byte, 32<<10)
 		for {
-			buf := make([]byte, 32<<10)
 			n, err := src.Read(buf)
 			if n > 0 {
+				if !fc.acquire(c, n) {
+					return
+				}
+				p.addQueued(dir, n)
 				select {
-				case ch <- chunk{b: buf[:n], at: time.Now()}:
+				case ch <- chunk{b: append([]byte(nil), buf[:n]...), at: time.Now()}:
 				case <-c.done:
 					return
 				}
@@ -334,9 +344,15 @@ func (p *Proxy) pump(c *proxyConn, dir Direction, src, dst net.Conn) {
 		}
 	}()
 	for k := range ch {
-		if !p.deliver(c, dir, dst, k) {
+		ok := p.deliver(c, dir, dst, k)
+		p.addQueued(dir, -len(k.b))
+		fc.release(len(k.b))
+		if !ok {
 			c.close()
-			for range ch {
+			fc.release(0) // wake a reader waiting for room: it sees done
+			for k := range ch {
+				p.addQueued(dir, -len(k.b))
+				fc.release(len(k.b))
 			}
 			return
 		}
@@ -351,6 +367,64 @@ func (p *Proxy) pump(c *proxyConn, dir Direction, src, dst net.Conn) {
 	} else {
 		c.close()
 	}
+}
+
+// maxQueued bounds the bytes one direction of a connection holds in
+// flight.
+const maxQueued = 64 << 20
+
+// queueLimit counts the bytes a pump holds and makes its reader wait
+// while they would exceed the limit.
+type queueLimit struct {
+	mu    sync.Mutex
+	cond  *sync.Cond
+	held  int
+	limit int
+}
+
+func newQueueLimit(limit int) *queueLimit {
+	q := &queueLimit{limit: limit}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+// acquire waits until n more bytes fit (a chunk larger than the limit
+// waits for an empty queue); false when the connection closed meanwhile.
+func (q *queueLimit) acquire(c *proxyConn, n int) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for q.held > 0 && q.held+n > q.limit {
+		select {
+		case <-c.done:
+			return false
+		default:
+		}
+		q.cond.Wait()
+	}
+	q.held += n
+	return true
+}
+
+func (q *queueLimit) release(n int) {
+	q.mu.Lock()
+	q.held -= n
+	q.mu.Unlock()
+	q.cond.Broadcast()
+}
+
+// addQueued counts bytes read from one side and not yet written to the
+// other (queuedBytes, for tests).
+func (p *Proxy) addQueued(dir Direction, n int) {
+	p.mu.Lock()
+	p.queued[dir] += int64(n)
+	p.mu.Unlock()
+}
+
+// queuedBytes returns the bytes the proxy holds in flight in direction dir.
+func (p *Proxy) queuedBytes(dir Direction) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.queued[dir]
 }
 
 // deliver writes one chunk after its latency, in bandwidth-sized pieces.

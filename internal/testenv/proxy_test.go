@@ -115,6 +115,36 @@ func TestProxyLatency(t *testing.T) {
 	}
 }
 
+// TestProxyLatencyManyChunks: latency is not a limit on how many chunks
+// are in flight either. A stream of small writes (a binlog of small
+// events) must all be in the proxy within one latency: a fixed window of
+// chunks capped such a stream at window/latency chunks a second, and an
+// ingest behind the proxy fell ever further behind a busy server.
+func TestProxyLatencyManyChunks(t *testing.T) {
+	p := StartProxy(t, echoServer(t))
+	c := dial(t, p)
+	roundTrip(t, c, []byte("x"))
+	p.SetLatencyDir(ToTarget, 3*time.Second)
+	const n = 2000
+	for range n {
+		if _, err := c.Write([]byte("m")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	// Nothing is delivered yet (3 s), so every byte written is queued in
+	// the proxy or still unread in the kernel.
+	time.Sleep(200 * time.Millisecond)
+	if q := p.queuedBytes(ToTarget); q < n {
+		t.Errorf("%d of %d bytes written within the latency are in the proxy; it stopped reading", q, n)
+	}
+	got := make([]byte, n)
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestProxyBandwidth(t *testing.T) {
 	p := StartProxy(t, echoServer(t))
 	c := dial(t, p)
