@@ -325,6 +325,23 @@ func startMyIngest(t *testing.T, dsnStr, dir string, tables []string) {
 	})
 }
 
+// waitIngestReady waits until the ingest writing to dir has recorded its
+// source and its snapshot is in: wait-recent answers.
+func waitIngestReady(t *testing.T, dir string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, stderr, code := runCLI(t, "", "wait-recent", "--store", dir, "--timeout", "5s", "--wait-for-ingest")
+		if code == exitOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("wait-recent never answered: %s", stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // TestMySQLWaitRecent is the seed scenario on MariaDB: with ingestion
 // behind a 300 ms proxy, a plain read right after a commit misses the new
 // rows, and a read as of wait-recent's t has exactly them. On an idle
@@ -356,18 +373,7 @@ func TestMySQLWaitRecent(t *testing.T) {
 		}
 		return strings.Count(out, "\n") - 1
 	}
-	// Ready once the ingest recorded its source and the snapshot is in.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, stderr, code := runCLI(t, "", "wait-recent", "--store", dir, "--timeout", "5s", "--wait-for-ingest")
-		if code == exitOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("wait-recent never answered: %s", stderr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitIngestReady(t, dir)
 	proxy.SetLatencyDir(testenv.ToClient, 300*time.Millisecond)
 	n := 0
 	var took []time.Duration
@@ -417,17 +423,7 @@ func TestMySQLWaitRecentBusy(t *testing.T) {
 	proxy := testenv.StartProxy(t, m.Addr())
 	dir := t.TempDir()
 	startMyIngest(t, proxy.DSN(m.URL()), dir, []string{table})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, stderr, code := runCLI(t, "", "wait-recent", "--store", dir, "--timeout", "5s", "--wait-for-ingest")
-		if code == exitOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("wait-recent never answered: %s", stderr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitIngestReady(t, dir)
 	proxy.SetLatencyDir(testenv.ToClient, 300*time.Millisecond)
 	// Another database's table, written to about 200 times a second.
 	other := newMyDB(t, m)
