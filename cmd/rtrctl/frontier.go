@@ -5,69 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/rtrctl/rtrctl/pkg/frontier"
-	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 )
 
-// sourceFlags are the flags that name an upstream, shared by every command
-// that talks to one.
-func sourceFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.StringFlag{Name: "source", Usage: "source kind: pg, mysql (MySQL or MariaDB) or kafka (required)"},
-		&cli.StringFlag{Name: "dsn", Usage: "connection string for pg (URL or key=value; default: PG* environment) or mysql (user:pass@tcp(host:port)/db or mysql://...; default: $RTR_MYSQL_DSN)"},
-		&cli.StringFlag{Name: "brokers", Usage: "kafka bootstrap brokers, host:port[,host:port] (default: $RTR_KAFKA_BROKERS)"},
-	}
-}
-
-// sourceConfig reads the sourceFlags, applying environment defaults.
-func sourceConfig(c *cli.Context, topics []string) (probe.Config, error) {
-	cfg := probe.Config{Source: c.String("source"), DSN: c.String("dsn"), Topics: topics}
-	switch cfg.Source {
-	case "pg", "postgres", "postgresql":
-		cfg.Source = "pg"
-		if cfg.DSN == "" {
-			cfg.DSN = os.Getenv("RTR_PG_DSN")
-		}
-	case "mysql", "mariadb":
-		cfg.Source = "mysql"
-		if cfg.DSN == "" {
-			cfg.DSN = os.Getenv("RTR_MYSQL_DSN")
-		}
-		if cfg.DSN == "" {
-			return cfg, usagef("pass --dsn user:pass@tcp(host:3306)/db or set RTR_MYSQL_DSN", "no MySQL DSN given")
-		}
-	case "kafka":
-		b := c.String("brokers")
-		if b == "" {
-			b = os.Getenv("RTR_KAFKA_BROKERS")
-		}
-		if b == "" {
-			return cfg, usagef("pass --brokers host:port or set RTR_KAFKA_BROKERS", "no Kafka brokers given")
-		}
-		for _, s := range strings.Split(b, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				cfg.Brokers = append(cfg.Brokers, s)
-			}
-		}
-		if len(topics) == 0 {
-			return cfg, usagef("pass --topic NAME", "no Kafka topic given")
-		}
-	case "":
-		return cfg, usagef("use --source pg, --source mysql or --source kafka", "no --source given")
-	default:
-		return cfg, usagef("use --source pg, --source mysql or --source kafka", "unknown source %q", cfg.Source)
-	}
-	return cfg, nil
-}
-
 type frontierOptions struct {
-	probe   probe.Config
+	source  string // the kind, for --output json
+	up      upstream
 	output  string
 	timeout time.Duration
 }
@@ -93,8 +40,7 @@ Examples:
   PGHOST=127.0.0.1 PGUSER=app rtrctl frontier --source pg
   rtrctl frontier --source mysql --dsn 'app:secret@tcp(127.0.0.1:3306)/'
   rtrctl frontier --source kafka --brokers 127.0.0.1:9092 --topic orders --output json`,
-		Flags: append(sourceFlags(),
-			&cli.StringFlag{Name: "topic", Usage: "kafka topic"},
+		Flags: append(sourceFlags("frontier"),
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text (the source's native notation) or json"},
 			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"},
 		),
@@ -102,11 +48,7 @@ Examples:
 			if c.Args().Present() {
 				return usagef("run 'rtrctl frontier --help'", "unexpected argument %q", c.Args().First())
 			}
-			var topics []string
-			if t := c.String("topic"); t != "" {
-				topics = []string{t}
-			}
-			cfg, err := sourceConfig(c, topics)
+			k, u, err := lookupSource(c)
 			if err != nil {
 				return err
 			}
@@ -114,7 +56,7 @@ Examples:
 			if out != "text" && out != "json" {
 				return usagef("use --output text or --output json", "bad --output %q", out)
 			}
-			return runFrontier(c.Context, c.App.Writer, frontierOptions{probe: cfg, output: out, timeout: c.Duration("timeout")})
+			return runFrontier(c.Context, c.App.Writer, frontierOptions{source: k.name, up: u, output: out, timeout: c.Duration("timeout")})
 		},
 	}
 }
@@ -128,7 +70,7 @@ type frontierJSON struct {
 }
 
 func runFrontier(ctx context.Context, w io.Writer, opts frontierOptions) error {
-	p, err := probe.New(opts.probe)
+	p, err := opts.up.Prober()
 	if err != nil {
 		return err
 	}
@@ -144,7 +86,7 @@ func runFrontier(ctx context.Context, w io.Writer, opts frontierOptions) error {
 	}
 	if opts.output == "json" {
 		enc := json.NewEncoder(w)
-		return enc.Encode(frontierJSON{Source: opts.probe.Source, Flavor: res.Flavor, Native: res.Native, Frontier: res.Frontier})
+		return enc.Encode(frontierJSON{Source: opts.source, Flavor: res.Flavor, Native: res.Native, Frontier: res.Frontier})
 	}
 	_, err = fmt.Fprintln(w, res.Native)
 	return err

@@ -286,7 +286,7 @@ func TestIngestKillLoop(t *testing.T) {
 		if k < 5 {
 			// The first kills come while the snapshot runs (it takes
 			// tens of milliseconds here), or just after it.
-			waitLog(t, p, "msg=snapshot ", "msg=replicate ")
+			waitLog(t, p, "msg=snapshot ", "msg=resume ")
 			d = time.Duration(rand.IntN(80)) * time.Millisecond
 		}
 		time.Sleep(d)
@@ -418,7 +418,7 @@ func TestIngestSecondProcess(t *testing.T) {
 	if !strings.Contains(stderr, "another rtrctl ingest") || !strings.Contains(stderr, fmt.Sprintf("pid %d", first.cmd.Process.Pid)) {
 		t.Errorf("second ingest's message does not say another ingest (pid %d) holds the store:\n%s", first.cmd.Process.Pid, stderr)
 	}
-	if strings.Contains(stderr, "msg=snapshot") || strings.Contains(stderr, "msg=replicate") {
+	if strings.Contains(stderr, "msg=snapshot") || strings.Contains(stderr, "msg=resume") {
 		t.Errorf("the second ingest started work before failing:\n%s", stderr)
 	}
 
@@ -519,7 +519,7 @@ func TestIngestSIGTERM(t *testing.T) {
 	// Wait until replication has received it (the metric of the source's
 	// progress), not until it is committed.
 	deadline = time.Now().Add(30 * time.Second)
-	for metricValue(metricsOf(t, p), "rtr_source_frontier_lsn") < float64(target) {
+	for metricValue(metricsOf(t, p), "rtr_source_position", `source="pg"`) < float64(target) {
 		if time.Now().After(deadline) {
 			t.Fatalf("replication progress did not reach %s\n%s", target, metricsOf(t, p))
 		}
@@ -593,8 +593,8 @@ func TestIngestMetricsAndStatus(t *testing.T) {
 	}
 	t.Logf("rtr_rows_ingested_total: accounts %v, orders %v, order_lines %v", metricValue(text, "rtr_rows_ingested_total", "public.accounts"),
 		metricValue(text, "rtr_rows_ingested_total", `"public.orders"`), metricValue(text, "rtr_rows_ingested_total", "public.order_lines"))
-	if v := metricValue(text, "rtr_source_frontier_lsn"); v < float64(upstream) {
-		t.Errorf("rtr_source_frontier_lsn %v, want at least %d", v, upstream)
+	if v := metricValue(text, "rtr_source_position", `source="pg"`); v < float64(upstream) {
+		t.Errorf("rtr_source_position %v, want at least %d", v, upstream)
 	}
 
 	// status while running, with the upstream's lag.

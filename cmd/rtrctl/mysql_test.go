@@ -261,7 +261,7 @@ func TestMySQLIngestKillLoop(t *testing.T) {
 		p := startProc(t, nil, args...)
 		dur := time.Duration(30+rand.IntN(1200)) * time.Millisecond
 		if k < 3 {
-			waitLog(t, p, "msg=snapshot ", "msg=replicate ")
+			waitLog(t, p, "msg=snapshot ", "msg=resume ")
 			dur = time.Duration(rand.IntN(60)) * time.Millisecond
 		}
 		time.Sleep(dur)
@@ -315,7 +315,7 @@ func startMyIngest(t *testing.T, dsnStr, dir string, tables []string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- ingest.RunMySQL(ctx, ingest.MySQLConfig{DSN: dsnStr, Tables: tables, Store: st, CompactEvery: -1})
+		done <- ingest.Run(ctx, ingest.NewMySQL(ingest.MySQLConfig{DSN: dsnStr, Tables: tables}), st, ingest.Options{CompactEvery: -1})
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -147,7 +147,7 @@ func runRead(ctx context.Context, w io.Writer, opts readOptions) error {
 		return err
 	}
 	if opts.recent {
-		res, err := recency.Wait(ctx, st, recency.Options{Collection: opts.collection, Timeout: opts.timeout})
+		res, err := recency.Wait(ctx, st, recency.Options{Collection: opts.collection, Timeout: opts.timeout, Recorded: recordedProber})
 		if err != nil {
 			return err // a *recency.NotRecentError exits 3
 		}

@@ -27,10 +27,10 @@ func TestWaitRecentHTTP(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- ingest.RunPG(ctx, ingest.PGConfig{
-			DSN: u.ingestDSN(), Publication: "pub", Slot: slot, Store: st, Source: "pg",
-			CompactEvery: -1, RecencyAddr: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		})
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+		done <- ingest.Run(ctx, ingest.NewPG(ingest.PGConfig{
+			DSN: u.ingestDSN(), Publication: "pub", Slot: slot, Source: "pg", Logger: log,
+		}), st, ingest.Options{CompactEvery: -1, RecencyAddr: "127.0.0.1:0", Logger: log})
 	}()
 	t.Cleanup(func() {
 		cancel()

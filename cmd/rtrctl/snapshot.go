@@ -1,30 +1,18 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
-	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
-	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/snapshot"
 )
-
-type snapshotOptions struct {
-	cfg snapshot.Config
-	// progressEvery is the interval of progress log lines when stderr is
-	// not a terminal.
-	progressEvery time.Duration
-	stderr        io.Writer
-}
 
 func snapshotCommand() *cli.Command {
 	return &cli.Command{
@@ -54,9 +42,7 @@ Examples:
   rtrctl snapshot --source mysql --dsn 'app:pw@tcp(127.0.0.1:3306)/' --tables shop.orders,shop.lines --parallel 2
   rtrctl snapshot --source pg --dsn postgres://app@127.0.0.1/app --publication rtr --slot rtr_app > snap.arrow
   rtrctl snapshot --source pg --publication rtr --slot rtr_app --tables public.orders,items --parallel 4`,
-		Flags: append(sourceFlags(),
-			&cli.StringFlag{Name: "publication", Usage: "pgoutput publication holding the tables (required)"},
-			&cli.StringFlag{Name: "slot", Usage: "permanent logical replication slot; created if missing (required)"},
+		Flags: append(sourceFlags("snapshot"),
 			&cli.StringSliceFlag{Name: "tables", Usage: "tables to snapshot, comma-separated (default: every table of the publication; mysql: db.table, required)"},
 			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "connections copying at once; large tables are split into ctid ranges"},
 			&cli.DurationFlag{Name: "progress-interval", Value: 5 * time.Second, Usage: "how often to log progress when stderr is not a terminal"},
@@ -65,77 +51,16 @@ Examples:
 			if c.Args().Present() {
 				return usagef("run 'rtrctl snapshot --help'", "unexpected argument %q", c.Args().First())
 			}
-			src, err := sourceConfig(c, nil)
+			k, u, err := lookupSource(c)
 			if err != nil {
 				return err
 			}
-			if src.Source == "mysql" {
-				return snapshotMySQLAction(c, src.DSN)
+			if k.snapshot == nil {
+				return stageUnsupported("snapshot")
 			}
-			if src.Source != "pg" {
-				return usagef("use --source pg or --source mysql", "snapshot supports --source pg and mysql, not %q", src.Source)
-			}
-			opts := snapshotOptions{
-				cfg: snapshot.Config{
-					DSN:         src.DSN,
-					Publication: c.String("publication"),
-					Slot:        c.String("slot"),
-					Parallel:    c.Int("parallel"),
-				},
-				progressEvery: c.Duration("progress-interval"),
-				stderr:        c.App.ErrWriter,
-			}
-			for _, t := range c.StringSlice("tables") {
-				if t = strings.TrimSpace(t); t != "" {
-					opts.cfg.Tables = append(opts.cfg.Tables, t)
-				}
-			}
-			switch {
-			case opts.cfg.Publication == "":
-				return usagef("pass --publication NAME (CREATE PUBLICATION name FOR TABLE ...)", "no --publication given")
-			case opts.cfg.Slot == "":
-				return usagef("pass --slot NAME, e.g. --slot rtr_app", "no --slot given")
-			case opts.cfg.Parallel < 1:
-				return usagef("pass --parallel 1 or more", "bad --parallel %d", opts.cfg.Parallel)
-			}
-			return runSnapshot(c.Context, c.App.Writer, opts)
+			return k.snapshot(c, u)
 		},
 	}
-}
-
-func runSnapshot(ctx context.Context, w io.Writer, opts snapshotOptions) error {
-	pw := pipe.NewWriter(w, nil)
-	rep := newProgressReporter(opts.stderr, opts.progressEvery)
-	opts.cfg.OnProgress = rep.report
-	began := time.Now()
-	res, err := snapshot.PG(ctx, opts.cfg, &snapshot.PipeSink{W: pw, Source: "pg"})
-	rep.finish()
-	if err != nil {
-		return err
-	}
-	if err := pw.Close(); err != nil {
-		return err
-	}
-	where := "postgres"
-	if cfg, err := probe.ParsePostgresDSN(opts.cfg.DSN); err == nil {
-		where = probe.MaskedPostgres(cfg)
-	}
-	created := ""
-	if res.SlotCreated {
-		created = " (created)"
-	}
-	e := opts.stderr
-	fmt.Fprintf(e, "snapshot of %s: slot %s at %s%s, snapshot at %s\n", where, opts.cfg.Slot, res.SlotLSN, created, res.SnapshotLSN)
-	for _, t := range res.Tables {
-		fmt.Fprintf(e, "  %s: %d rows copied", t.Name, t.Rows)
-		if t.Ranges > 1 {
-			fmt.Fprintf(e, " in %d ctid ranges", t.Ranges)
-		}
-		fmt.Fprintf(e, ", %d changes rewound\n", t.Rewound)
-	}
-	fmt.Fprintf(e, "snapshot: %d tables, %d rows, %d changes rewound to %s, in %s\n",
-		len(res.Tables), res.Rows(), res.Rewound(), res.SlotLSN, time.Since(began).Round(time.Millisecond))
-	return nil
 }
 
 // progressReporter shows snapshot progress: a bar on a terminal, log

@@ -38,10 +38,9 @@ message says how far ingestion got (both frontiers, the age of the last
 binding, whether an ingest runs). 1 for other errors.
 
 --output json prints {"time":T,"upstream":FRONTIER,"binding":FRONTIER,"source":ID,"via":"daemon"|"daemon-http"|"direct"}.`,
-		Flags: append(sourceFlags(),
+		Flags: append(sourceFlags("wait-recent"),
 			&cli.StringFlag{Name: "store", Usage: "the store directory (required)"},
 			&cli.StringFlag{Name: "source-id", Usage: "the source's id in the store (default: the store's only source)"},
-			&cli.StringFlag{Name: "topic", Usage: "kafka topic (with --source kafka)"},
 			&cli.DurationFlag{Name: "timeout", Value: recency.DefaultTimeout, Usage: "give up (exit 3) after this long"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text (the time) or json"},
 			&cli.BoolFlag{Name: "wait-for-ingest", Usage: "when no ingest is running, wait (until --timeout) instead of failing at once"},
@@ -66,18 +65,20 @@ binding, whether an ingest runs). 1 for other errors.
 				wait: recency.Options{
 					Source: c.String("source-id"), Timeout: c.Duration("timeout"),
 					WaitForIngest: c.Bool("wait-for-ingest"), NoDaemon: c.Bool("no-daemon"),
+					Recorded: recordedProber,
 				},
 			}
 			if c.IsSet("source") {
-				var topics []string
-				if t := c.String("topic"); t != "" {
-					topics = []string{t}
-				}
-				cfg, err := sourceConfig(c, topics)
+				_, u, err := lookupSource(c)
 				if err != nil {
 					return err
 				}
-				opts.wait.Probe = &cfg
+				p, err := u.Prober()
+				if err != nil {
+					return err
+				}
+				defer p.Close()
+				opts.wait.Prober = p
 			} else if c.IsSet("dsn") {
 				return usagef("add --source pg (or mysql) to name the upstream's kind", "--dsn needs --source")
 			}

@@ -145,10 +145,9 @@ func rrRunIngest(t *testing.T, u *rrUpstream, dir, source, slot string) *rrInges
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	go func() {
-		ing.done <- ingest.RunPG(ctx, ingest.PGConfig{
-			DSN: u.ingestDSN(), Publication: "pub", Slot: slot, Store: st, Source: source,
-			CompactEvery: -1, Logger: log,
-		})
+		ing.done <- ingest.Run(ctx, ingest.NewPG(ingest.PGConfig{
+			DSN: u.ingestDSN(), Publication: "pub", Slot: slot, Source: source, Logger: log,
+		}), st, ingest.Options{CompactEvery: -1, Logger: log})
 	}()
 	t.Cleanup(func() {
 		if err := ing.stop(); err != nil {
@@ -497,7 +496,7 @@ func TestWaitRecentConcurrent(t *testing.T) {
 			time.Sleep(time.Duration(i%50) * 10 * time.Millisecond) // arrive over ~0.5s
 			a := answer{before: committed.Load()}
 			t0 := time.Now()
-			a.res, a.err = recency.Wait(t.Context(), st, recency.Options{Source: "pg", Timeout: 20 * time.Second})
+			a.res, a.err = recency.Wait(t.Context(), st, recency.Options{Source: "pg", Timeout: 20 * time.Second, Recorded: recordedProber})
 			a.dur = time.Since(t0)
 			answers[i] = a
 		}()

@@ -28,6 +28,10 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/store"
 )
 
+// resumeMsg is the ingest's log message carrying each source's resume
+// position ("from"), the same for every source kind.
+const resumeMsg = "resume"
+
 // Defaults.
 const (
 	DefaultDrainTimeout = 120 * time.Second
@@ -148,8 +152,6 @@ type workload interface {
 	// ingestArgs are the arguments of `rtrctl ingest` and its extra
 	// environment.
 	ingestArgs(storeDir string) (args, env []string)
-	// resumeMsg is the log message carrying the resume position ("from").
-	resumeMsg() string
 	// resumeRecords sums a resume position, where that means something.
 	resumeRecords(from string) int64
 	// produce writes at the configured rate until ctx ends or d passed,
@@ -375,7 +377,7 @@ func execute(ctx context.Context, cfg Common, w workload, res *Result) (err erro
 	for _, rs := range restarts {
 		r.findResume(rs)
 		if !rs.resumed {
-			return fmt.Errorf("bench: the ingest started at %.1f s never logged %q", rs.AtSeconds, r.w.resumeMsg())
+			return fmt.Errorf("bench: the ingest started at %.1f s never logged %q", rs.AtSeconds, resumeMsg)
 		}
 		res.Restarts = append(res.Restarts, rs.Restart)
 	}
@@ -428,7 +430,7 @@ func (r *run) findResume(rs *restartState) {
 	if rs.resumed {
 		return
 	}
-	if from, ok := findResume(r.logf, rs.proc.logOffset, r.w.resumeMsg()); ok {
+	if from, ok := findResume(r.logf, rs.proc.logOffset, resumeMsg); ok {
 		rs.resumed = true
 		rs.ResumeFrom = from
 		rs.ResumeRecords = r.w.resumeRecords(from)
@@ -451,14 +453,14 @@ func (r *run) startIngest(ctx context.Context) error {
 func (r *run) waitResume(ctx context.Context, p *ingestProc) (string, error) {
 	deadline := time.Now().Add(readyTimeout)
 	for {
-		if from, ok := findResume(r.logf, p.logOffset, r.w.resumeMsg()); ok {
+		if from, ok := findResume(r.logf, p.logOffset, resumeMsg); ok {
 			return from, nil
 		}
 		if p.exited() {
 			return "", fmt.Errorf("bench: rtrctl ingest exited before it resumed (%s)", p.exitText())
 		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("bench: rtrctl ingest did not log %q within %s", r.w.resumeMsg(), readyTimeout)
+			return "", fmt.Errorf("bench: rtrctl ingest did not log %q within %s", resumeMsg, readyTimeout)
 		}
 		select {
 		case <-ctx.Done():

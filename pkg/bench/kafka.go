@@ -150,10 +150,7 @@ type kafkaLoad struct {
 	err   error
 }
 
-func (k *kafkaLoad) source() string { return ingest.KafkaSourceID("", k.cfg.Topic) }
-func (k *kafkaLoad) resumeMsg() string {
-	return "resume"
-}
+func (k *kafkaLoad) source() string                  { return ingest.KafkaSourceID("", k.cfg.Topic) }
 func (k *kafkaLoad) units() string                   { return "records" }
 func (k *kafkaLoad) what() string                    { return "records" }
 func (k *kafkaLoad) nudge(ctx context.Context) error { return nil }

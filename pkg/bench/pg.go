@@ -117,10 +117,9 @@ type pgLoad struct {
 	maxLagTxns atomic.Int64
 }
 
-func (p *pgLoad) source() string    { return "pg" }
-func (p *pgLoad) resumeMsg() string { return "replicate" }
-func (p *pgLoad) units() string     { return "WAL bytes" }
-func (p *pgLoad) what() string      { return "txns" }
+func (p *pgLoad) source() string { return "pg" }
+func (p *pgLoad) units() string  { return "WAL bytes" }
+func (p *pgLoad) what() string   { return "txns" }
 
 func (p *pgLoad) resumeRecords(string) int64 { return 0 }
 

@@ -68,20 +68,24 @@ type ingestRun struct {
 	done   chan error
 }
 
-func startIngest(t testing.TB, cfg KafkaConfig) *ingestRun {
+func startIngest(t testing.TB, st *store.Store, cfg KafkaConfig, opts ...Options) *ingestRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &ingestRun{cancel: cancel, done: make(chan error, 1)}
-	if cfg.Interval == 0 {
-		cfg.Interval = 20 * time.Millisecond
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if o.Interval == 0 {
+		o.Interval = 20 * time.Millisecond
 	}
 	if cfg.CheckInterval == 0 {
 		cfg.CheckInterval = 300 * time.Millisecond
 	}
-	if cfg.CompactEvery == 0 {
-		cfg.CompactEvery = -1
+	if o.CompactEvery == 0 {
+		o.CompactEvery = -1
 	}
-	go func() { r.done <- RunKafka(ctx, cfg) }()
+	go func() { r.done <- Run(ctx, NewKafka(cfg), st, o) }()
 	t.Cleanup(func() { r.stop(t) })
 	return r
 }
@@ -265,7 +269,7 @@ func TestKafkaIngestKcat(t *testing.T) {
 		}
 	}
 	st := openStore(t)
-	startIngest(t, KafkaConfig{Brokers: k.Brokers, Topics: []string{"kc"}, KeyFormat: "text", ValueFormat: "text", Store: st})
+	startIngest(t, st, KafkaConfig{Brokers: k.Brokers, Topics: []string{"kc"}, KeyFormat: "text", ValueFormat: "text"})
 	at, f := waitCaughtUp(t, st, k.Brokers, "", "kc", 20*time.Second)
 	if f.String() != "0:2,1:1" {
 		t.Errorf("binding frontier %s, want 0:2,1:1", f)
@@ -293,7 +297,7 @@ func TestKafkaIngestKcat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Kind != "kafka" || strings.Join(info.Brokers, ",") != b || strings.Join(info.Topics, ",") != "kc" {
+	if info.Kind != "kafka" || info.Upstream["brokers"] != b || info.Upstream["topic"] != "kc" {
 		t.Errorf("source info %+v", info)
 	}
 }
@@ -308,7 +312,7 @@ func TestKafkaIngestTransactions(t *testing.T) {
 	ctx := context.Background()
 	var want []string
 	st := openStore(t)
-	run := startIngest(t, KafkaConfig{Brokers: k.Brokers, Topics: []string{"tx"}, ValueFormat: "text", Store: st})
+	run := startIngest(t, st, KafkaConfig{Brokers: k.Brokers, Topics: []string{"tx"}, ValueFormat: "text"})
 	for i := 0; i < 9; i++ {
 		if err := cl.BeginTransaction(); err != nil {
 			t.Fatal(err)
@@ -368,7 +372,7 @@ func TestKafkaIngestFormats(t *testing.T) {
 	produce(t, cl, r("fb", "\x00\xff", []byte{0xff, 0x00, 'x'}))
 
 	st := openStore(t)
-	startIngest(t, KafkaConfig{Brokers: k.Brokers, Topics: []string{"fj", "fj2"}, KeyFormat: "json", ValueFormat: "json", Store: st})
+	startIngest(t, st, KafkaConfig{Brokers: k.Brokers, Topics: []string{"fj", "fj2"}, KeyFormat: "json", ValueFormat: "json"})
 	at2, _ := waitCaughtUp(t, st, k.Brokers, "", "fj2", 20*time.Second)
 	sameLines(t, "fj2", readAt(t, st, "fj2", at2, "partition", "timestamp", "header_keys", "header_values"),
 		[]string{"offset=0 key=7 value=[1,2]", "offset=1 key=null value=null"})
@@ -400,12 +404,12 @@ func TestKafkaIngestFormats(t *testing.T) {
 		[]string{"offset=0 key=7 value=[1,2]", "offset=1 key=null value=null", `offset=2 key=8 value={"later":true}`})
 
 	st2 := openStore(t)
-	startIngest(t, KafkaConfig{Brokers: k.Brokers, Topics: []string{"ft"}, KeyFormat: "text", ValueFormat: "text", Store: st2})
+	startIngest(t, st2, KafkaConfig{Brokers: k.Brokers, Topics: []string{"ft"}, KeyFormat: "text", ValueFormat: "text"})
 	at, _ := waitCaughtUp(t, st2, k.Brokers, "", "ft", 20*time.Second)
 	sameLines(t, "ft", readAt(t, st2, "ft", at, "partition", "offset", "timestamp", "header_keys", "header_values"), []string{"key=null value=plain text"})
 
 	st3 := openStore(t)
-	startIngest(t, KafkaConfig{Brokers: k.Brokers, Topics: []string{"fb"}, Store: st3})
+	startIngest(t, st3, KafkaConfig{Brokers: k.Brokers, Topics: []string{"fb"}})
 	at, _ = waitCaughtUp(t, st3, k.Brokers, "", "fb", 20*time.Second)
 	sameLines(t, "fb", readAt(t, st3, "fb", at, "partition", "offset", "timestamp", "header_keys", "header_values"), []string{`key="\x00\xff" value="\xff\x00x"`})
 }
@@ -417,7 +421,7 @@ func TestKafkaIngestErrors(t *testing.T) {
 	st := openStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	err := RunKafka(ctx, KafkaConfig{Brokers: k.Brokers, Topics: []string{"no-such-topic-xyz"}, Store: st, CompactEvery: -1})
+	err := Run(ctx, NewKafka(KafkaConfig{Brokers: k.Brokers, Topics: []string{"no-such-topic-xyz"}}), st, Options{CompactEvery: -1})
 	if err == nil || !strings.Contains(err.Error(), `topic "no-such-topic-xyz" does not exist`) {
 		t.Fatalf("missing topic: %v", err)
 	}
@@ -425,16 +429,16 @@ func TestKafkaIngestErrors(t *testing.T) {
 	topic := fmt.Sprintf("env-switch-%d", time.Now().UnixNano()) // the shared broker outlives a test
 	createTopic(t, k.Brokers, topic, 1)
 	produce(t, producer(t, k.Brokers), &kgo.Record{Topic: topic, Key: []byte("a"), Value: []byte("1")})
-	run := startIngest(t, KafkaConfig{Brokers: k.Brokers, Topics: []string{topic}, Store: st})
+	run := startIngest(t, st, KafkaConfig{Brokers: k.Brokers, Topics: []string{topic}})
 	waitCaughtUp(t, st, k.Brokers, "", topic, 20*time.Second)
-	err = RunKafka(ctx, KafkaConfig{Brokers: k.Brokers, Topics: []string{topic}, Store: st, CompactEvery: -1})
+	err = Run(ctx, NewKafka(KafkaConfig{Brokers: k.Brokers, Topics: []string{topic}}), st, Options{CompactEvery: -1})
 	if !errors.Is(err, store.ErrLocked) {
 		t.Fatalf("second ingest: %v, want ErrLocked", err)
 	}
 	if err := run.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	err = RunKafka(ctx, KafkaConfig{Brokers: k.Brokers, Topics: []string{topic}, Envelope: "upsert", Store: st, CompactEvery: -1})
+	err = Run(ctx, NewKafka(KafkaConfig{Brokers: k.Brokers, Topics: []string{topic}, Envelope: "upsert"}), st, Options{CompactEvery: -1})
 	if err == nil || !strings.Contains(err.Error(), "different schema") && !strings.Contains(err.Error(), "--envelope none") {
 		t.Fatalf("restart with another envelope: %v", err)
 	}
@@ -458,7 +462,7 @@ func TestKafkaIngestUpsertRestart(t *testing.T) {
 	for round := 0; round < 4; round++ {
 		start := map[int32]int64{}
 		starts = append(starts, start)
-		run := startIngest(t, KafkaConfig{Brokers: k.Brokers, Topics: []string{"up"}, Envelope: "upsert", KeyFormat: "text", ValueFormat: "text", Store: st,
+		run := startIngest(t, st, KafkaConfig{Brokers: k.Brokers, Topics: []string{"up"}, Envelope: "upsert", KeyFormat: "text", ValueFormat: "text",
 			OnStart: func(topic string, p int32, off int64) { mu.Lock(); start[p] = off; mu.Unlock() }})
 		for i := 0; i < 60; i++ {
 			key := fmt.Sprintf("k%d", next(8))
@@ -635,8 +639,7 @@ func benchKafkaIngest(b *testing.B, brokers []string, topic string, records, par
 			for i := 0; i < b.N; i++ {
 				st := openStore(b)
 				start := time.Now()
-				run := startIngest(b, KafkaConfig{Brokers: brokers, Topics: []string{topic}, Envelope: env, Store: st,
-					Interval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+				run := startIngest(b, st, KafkaConfig{Brokers: brokers, Topics: []string{topic}, Envelope: env, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, Options{Interval: 100 * time.Millisecond})
 				waitCaughtUp(b, st, brokers, "", topic, 5*time.Minute)
 				took += time.Since(start)
 				if err := run.stop(b); err != nil {
@@ -681,7 +684,7 @@ func TestKafkaUpsertReplayAcrossBindings(t *testing.T) {
 	if _, err := st.AppendBindings(ctx, src, 0, t1+1, []frontier.Binding{{Time: t1, Frontier: frontier.KafkaOffsets(map[int32]int64{0: 2})}}); err != nil {
 		t.Fatal(err)
 	}
-	run := startIngest(t, KafkaConfig{Brokers: k.Brokers, Topics: []string{"ups"}, Envelope: "upsert", Store: st,
+	run := startIngest(t, st, KafkaConfig{Brokers: k.Brokers, Topics: []string{"ups"}, Envelope: "upsert",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t2, _ := waitCaughtUp(t, st, k.Brokers, "", "ups", time.Minute)
 	if err := run.stop(t); err != nil {

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,53 +17,89 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 )
 
-// Metrics are an ingest's Prometheus metrics.
+// Metrics are an ingest's Prometheus metrics: the same names for every
+// source kind, labelled by source id. Positions are in the source's own
+// units: WAL bytes (PostgreSQL), transactions (MySQL/MariaDB GTIDs),
+// records (Kafka offsets).
 type Metrics struct {
-	reg          *prometheus.Registry
-	rows         *prometheus.CounterVec
-	commits      *prometheus.CounterVec
-	upper        *prometheus.GaugeVec
-	sourceLSN    prometheus.Gauge
-	upstreamLSN  prometheus.Gauge
-	lagBytes     prometheus.Gauge
-	lagSeconds   prometheus.Gauge
-	lastError    *prometheus.GaugeVec
-	lastProgress time.Time
-	progress     atomic.Uint64 // last source progress (LSN)
+	reg        *prometheus.Registry
+	rows       *prometheus.CounterVec
+	commits    *prometheus.CounterVec
+	upper      *prometheus.GaugeVec
+	position   *prometheus.GaugeVec
+	upstream   *prometheus.GaugeVec
+	lag        *prometheus.GaugeVec
+	lagSeconds *prometheus.GaugeVec
+	lastError  *prometheus.GaugeVec
+	retries    *prometheus.CounterVec
+
+	mu      sync.Mutex
+	sources map[string]*sourceMetrics
 }
 
-// NewMetrics registers the metrics of one source.
-func NewMetrics(source string) *Metrics {
-	labels := prometheus.Labels{"source": source}
+// NewMetrics makes the metrics of one ingest process.
+func NewMetrics() *Metrics {
 	m := &Metrics{
-		reg:         prometheus.NewRegistry(),
-		rows:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtr_rows_ingested_total", Help: "Rows (updates) committed to the store.", ConstLabels: labels}, []string{"collection"}),
-		commits:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtr_commits_total", Help: "Commits (compare-and-append) per collection.", ConstLabels: labels}, []string{"collection"}),
-		upper:       prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_store_upper_ms", Help: "Durable upper of each collection, system milliseconds.", ConstLabels: labels}, []string{"collection"}),
-		sourceLSN:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "rtr_source_frontier_lsn", Help: "Replication progress (upper LSN) received from the source.", ConstLabels: labels}),
-		upstreamLSN: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rtr_upstream_frontier_lsn", Help: "Upstream visible frontier (pg_current_wal_insert_lsn).", ConstLabels: labels}),
-		lagBytes:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "rtr_lag_wal_bytes", Help: "Upstream frontier minus replication progress, in WAL bytes.", ConstLabels: labels}),
-		lagSeconds:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "rtr_lag_seconds", Help: "Seconds since replication progress last reached the upstream frontier.", ConstLabels: labels}),
-		lastError:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_last_error_timestamp_seconds", Help: "Unix time of the last error, by kind.", ConstLabels: labels}, []string{"kind"}),
+		reg:        prometheus.NewRegistry(),
+		rows:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtr_rows_ingested_total", Help: "Rows (updates) committed to the store."}, []string{"source", "collection"}),
+		commits:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtr_commits_total", Help: "Commits (compare-and-append) per collection."}, []string{"source", "collection"}),
+		upper:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_store_upper_ms", Help: "Durable upper of each collection, system milliseconds."}, []string{"source", "collection"}),
+		position:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_source_position", Help: "Source progress (an upper) per partition, in the source's units (LSN bytes, GTID sequence, offset)."}, []string{"source", "partition"}),
+		upstream:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_upstream_position", Help: "Upstream visible frontier per partition, in the source's units."}, []string{"source", "partition"}),
+		lag:        prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_lag_positions", Help: "Upstream frontier minus source progress, summed over partitions (WAL bytes, transactions or records)."}, []string{"source"}),
+		lagSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_lag_seconds", Help: "Seconds since source progress last reached the upstream frontier."}, []string{"source"}),
+		lastError:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_last_error_timestamp_seconds", Help: "Unix time of the last error, by kind."}, []string{"source", "kind"}),
+		retries:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtr_upstream_retries_total", Help: "Attempts restarted after a transient upstream failure."}, []string{"source"}),
+		sources:    map[string]*sourceMetrics{},
 	}
-	m.reg.MustRegister(m.rows, m.commits, m.upper, m.sourceLSN, m.upstreamLSN, m.lagBytes, m.lagSeconds, m.lastError)
+	m.reg.MustRegister(m.rows, m.commits, m.upper, m.position, m.upstream, m.lag, m.lagSeconds, m.lastError, m.retries)
 	return m
 }
 
-func (m *Metrics) committed(collection string, rows int64, upper uint64) {
-	m.rows.WithLabelValues(collection).Add(float64(rows))
-	m.commits.WithLabelValues(collection).Inc()
-	m.upper.WithLabelValues(collection).Set(float64(upper))
+// sourceMetrics are the metrics of one source id.
+type sourceMetrics struct {
+	m  *Metrics
+	id string
+
+	mu           sync.Mutex
+	progress     frontier.Frontier
+	lastCaughtUp time.Time
 }
 
-func (m *Metrics) sourceProgress(lsn frontier.LSN) {
-	m.sourceLSN.Set(float64(lsn))
-	m.progress.Store(uint64(lsn))
+func (m *Metrics) source(id string) *sourceMetrics {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.sources[id]
+	if s == nil {
+		s = &sourceMetrics{m: m, id: id}
+		m.sources[id] = s
+	}
+	return s
+}
+
+func (s *sourceMetrics) committed(collection string, rows int64, upper uint64) {
+	s.m.rows.WithLabelValues(s.id, collection).Add(float64(rows))
+	s.m.commits.WithLabelValues(s.id, collection).Inc()
+	s.m.upper.WithLabelValues(s.id, collection).Set(float64(upper))
+}
+
+func (s *sourceMetrics) sourceProgress(f frontier.Frontier) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if j, err := frontier.Join(s.progress, f); err == nil || s.progress.Domain() == "" {
+		if err != nil {
+			j = f
+		}
+		s.progress = j
+	}
+	for _, p := range f.Partitions() {
+		s.m.position.WithLabelValues(s.id, p).Set(float64(s.progress.Get(p)))
+	}
 }
 
 // probeLag probes the upstream every interval until ctx ends and updates
 // the lag metrics.
-func (m *Metrics) probeLag(ctx context.Context, p interface {
+func (s *sourceMetrics) probeLag(ctx context.Context, p interface {
 	Probe(context.Context) (probe.Result, error)
 }, interval time.Duration) {
 	t := time.NewTicker(interval)
@@ -76,33 +112,45 @@ func (m *Metrics) probeLag(ctx context.Context, p interface {
 			res, err := p.Probe(ctx)
 			if err != nil {
 				if ctx.Err() == nil {
-					m.Error("probe")
+					s.Error("probe")
 				}
 				continue
 			}
-			m.Upstream(frontier.LSN(res.Frontier.Pos()), frontier.LSN(m.progress.Load()))
+			s.upstreamAt(res.Frontier, time.Now())
 		}
 	}
 }
 
-// Upstream records a probe of the upstream frontier and updates the lag.
-func (m *Metrics) Upstream(upstream frontier.LSN, progress frontier.LSN) {
-	m.upstreamLSN.Set(float64(upstream))
-	if progress >= upstream {
-		m.lagBytes.Set(0)
-		m.lastProgress = time.Now()
-		m.lagSeconds.Set(0)
-		return
+// upstreamAt records a probe of the upstream frontier and updates the lag.
+func (s *sourceMetrics) upstreamAt(up frontier.Frontier, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var lag uint64
+	for _, p := range up.Partitions() {
+		u := up.Get(p)
+		s.m.upstream.WithLabelValues(s.id, p).Set(float64(u))
+		if have := s.progress.Get(p); u > have {
+			lag += u - have
+		}
 	}
-	m.lagBytes.Set(float64(upstream - progress))
-	if !m.lastProgress.IsZero() {
-		m.lagSeconds.Set(time.Since(m.lastProgress).Seconds())
+	s.m.lag.WithLabelValues(s.id).Set(float64(lag))
+	if lag == 0 {
+		s.lastCaughtUp = now
+		s.m.lagSeconds.WithLabelValues(s.id).Set(0)
+	} else if !s.lastCaughtUp.IsZero() {
+		s.m.lagSeconds.WithLabelValues(s.id).Set(now.Sub(s.lastCaughtUp).Seconds())
 	}
 }
 
-// Error records an error of a kind ("replication", "commit", ...).
-func (m *Metrics) Error(kind string) {
-	m.lastError.WithLabelValues(kind).Set(float64(time.Now().Unix()))
+// Error records an error of a kind ("probe", "definite", "retry", ...).
+func (s *sourceMetrics) Error(kind string) {
+	s.m.lastError.WithLabelValues(s.id, kind).Set(float64(time.Now().Unix()))
+}
+
+// retried counts an attempt restarted after a transient failure.
+func (s *sourceMetrics) retried() {
+	s.m.retries.WithLabelValues(s.id).Inc()
+	s.Error("retry")
 }
 
 // Serve serves /metrics on addr until ctx ends. addr must be a loopback

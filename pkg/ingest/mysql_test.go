@@ -37,12 +37,12 @@ func startMyIngest(t *testing.T, m *testenv.MariaDB, tables []string) *myIngest 
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &myIngest{st: st, cancel: cancel, done: make(chan error, 1)}
 	go func() {
-		r.done <- RunMySQL(ctx, MySQLConfig{DSN: m.URL(), Tables: tables, Store: st, Interval: 20 * time.Millisecond, CompactEvery: -1,
+		r.done <- Run(ctx, NewMySQL(MySQLConfig{DSN: m.URL(), Tables: tables,
 			OnSession: func(id uint32) {
 				r.mu.Lock()
 				r.sessions = append(r.sessions, id)
 				r.mu.Unlock()
-			}})
+			}}), st, Options{Interval: 20 * time.Millisecond, CompactEvery: -1})
 	}()
 	t.Cleanup(func() { r.stop(t) })
 	return r

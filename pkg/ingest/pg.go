@@ -18,9 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"sync"
-	"time"
+	"strings"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/jackc/pgx/v5"
@@ -30,8 +28,6 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
-	"github.com/rtrctl/rtrctl/pkg/recency"
-	"github.com/rtrctl/rtrctl/pkg/reclock"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
 	"github.com/rtrctl/rtrctl/pkg/snapshot"
 	"github.com/rtrctl/rtrctl/pkg/store"
@@ -41,204 +37,135 @@ import (
 type PGConfig struct {
 	DSN         string
 	Publication string
-	// Slot is the permanent logical replication slot; default "rtr_" +
-	// Source.
+	// Slot is the permanent logical replication slot; default: the slot
+	// the store recorded for Source, else DefaultSlot(Store, Source).
 	Slot string
 	// Tables to ingest (schema.table); empty means every table of the
 	// publication.
 	Tables []string
 	// Parallel snapshot connections.
 	Parallel int
-	// Store and Source: where to write, and the source id in the store
-	// (default "pg").
-	Store  *store.Store
+	// Source is the source id in the store (default "pg").
 	Source string
-	// Interval is the least time between bindings (reclock.DefaultInterval).
-	Interval time.Duration
-	// CompactEvery runs store compaction this often (0: 1 minute; negative:
-	// never).
-	CompactEvery time.Duration
-	// Metrics, when set, is updated as the ingest runs.
-	Metrics *Metrics
-	// RecencyAddr, when set, also serves wait-recent over HTTP on this
-	// loopback address (besides the unix socket in the store).
-	RecencyAddr string
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
-
-	// AfterCommit is a test hook called after each collection commit.
-	AfterCommit func(collection string, upper uint64)
 }
 
-// RunPG ingests until ctx ends (then it returns nil after committing what
-// is complete) or a definite error stops it.
-func RunPG(ctx context.Context, cfg PGConfig) error {
+// PG is the PostgreSQL source: a definite snapshot (snapshot.PG), then
+// the publication's changes from the slot (replicate.StreamPG).
+type PG struct {
+	cfg   PGConfig
+	log   *slog.Logger
+	nudge chan struct{}
+}
+
+// NewPG returns the PostgreSQL source of cfg.
+func NewPG(cfg PGConfig) *PG {
 	if cfg.Source == "" {
 		cfg.Source = "pg"
 	}
-	if cfg.Slot == "" {
-		cfg.Slot = "rtr_" + cfg.Source
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.CompactEvery == 0 {
-		cfg.CompactEvery = time.Minute
-	}
-	log := cfg.Logger.With("source", cfg.Source)
-	st := cfg.Store
+	return &PG{cfg: cfg, log: log, nudge: make(chan struct{}, 1)}
+}
 
-	lock, err := st.LockSource(cfg.Source)
-	if err != nil {
-		if errors.Is(err, store.ErrLocked) {
-			return fmt.Errorf("ingest %s: another rtrctl ingest is writing this source to %s: %w; stop it first, or ingest into another store or --source id", cfg.Source, st.Dir(), err)
+// DefaultSlot is the slot name of source in st when none is given: unique
+// per store and source, so two stores never consume one slot.
+func DefaultSlot(st *store.Store, source string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(source) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
 		}
-		return fmt.Errorf("ingest %s: %w", cfg.Source, err)
 	}
-	defer lock.Unlock()
+	name := "rtr_" + b.String()
+	if len(name) > 46 {
+		name = name[:46]
+	}
+	return name + "_" + st.ID()
+}
 
+// Open implements Source.
+func (p *PG) Open(ctx context.Context, st *store.Store) ([]Timeline, error) {
+	cfg := p.cfg
+	if cfg.Slot == "" {
+		if info, err := st.ReadSourceInfo(cfg.Source); err == nil && info.Upstream["slot"] != "" {
+			cfg.Slot = info.Upstream["slot"]
+		} else {
+			cfg.Slot = DefaultSlot(st, cfg.Source)
+		}
+		p.cfg.Slot = cfg.Slot
+	}
+	if cfg.Publication == "" {
+		return nil, hint.Wrap(fmt.Errorf("ingest %s: no publication given", cfg.Source), "pass --publication NAME (CREATE PUBLICATION rtr FOR TABLE ...)")
+	}
 	pgcfg, err := probe.ParsePostgresDSN(cfg.DSN)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	tabs, err := resolveTables(ctx, pgcfg, cfg.Publication, cfg.Tables)
 	if err != nil {
-		return fmt.Errorf("ingest %s: %w", cfg.Source, err)
+		return nil, fmt.Errorf("ingest %s: %w", cfg.Source, err)
 	}
-	var tables []string
+	tl := Timeline{ID: cfg.Source, Kind: "pg", Domain: frontier.DomainLSN,
+		Upstream: map[string]string{"dsn": probe.MaskedPostgres(pgcfg), "publication": cfg.Publication, "slot": cfg.Slot}}
 	for _, t := range tabs {
-		tables = append(tables, t.QualifiedName())
-		// Every collection gets its shard (and schema) up front, so an
-		// empty table still has an upper that follows the source.
-		if _, err := st.Shard(ctx, t.QualifiedName()); errors.Is(err, store.ErrNotFound) {
-			h := pipe.Header{Kind: pipe.KindData, Collection: t.QualifiedName(), Source: cfg.Source, Domain: frontier.DomainSystem}
-			md := h.Metadata()
-			if _, err := st.CreateShard(ctx, t.QualifiedName(), arrow.NewSchema(t.Fields(), &md)); err != nil {
-				return fmt.Errorf("ingest %s: %w", cfg.Source, err)
-			}
-		} else if err != nil {
-			return fmt.Errorf("ingest %s: %w", cfg.Source, err)
-		}
+		tl.Collections = append(tl.Collections, Collection{Name: t.QualifiedName(), Schema: arrow.NewSchema(t.Fields(), nil)})
 	}
-	info := store.SourceInfo{
-		Source: cfg.Source, Kind: "pg", DSN: probe.MaskedPostgres(pgcfg), Publication: cfg.Publication,
-		Slot: cfg.Slot, Collections: tables, PID: os.Getpid(), Started: time.Now().UTC().Format(time.RFC3339),
-		Socket: recency.SocketPath(st.Dir(), cfg.Source),
+	if pr, err := probe.NewPostgres(cfg.DSN); err == nil {
+		tl.Prober = pr
 	}
-	if err := st.WriteSourceInfo(info); err != nil {
-		return err
-	}
+	return []Timeline{tl}, nil
+}
 
-	w := newStoreWriter(st, cfg.Source, tables)
-	defer w.Close()
-	w.afterCommit = cfg.AfterCommit
-	if cfg.Metrics != nil {
-		w.onCommit = cfg.Metrics.committed
-	}
-	rc, err := reclock.New(ctx, st, cfg.Source, frontier.DomainLSN, w, reclock.Options{Interval: cfg.Interval})
+// Snapshot implements Snapshotter: PostgreSQL's time 0 is the slot's
+// start, whatever start says (the slot is acknowledged only past what
+// every collection has made durable, so it is still there).
+func (p *PG) Snapshot(ctx context.Context, _ string, collections []string, _ frontier.Frontier, sink pipe.Sink) error {
+	res, err := snapshot.PG(ctx, snapshot.Config{
+		DSN: p.cfg.DSN, Publication: p.cfg.Publication, Slot: p.cfg.Slot, Tables: collections, Parallel: p.cfg.Parallel, Logger: p.log,
+	}, sink)
 	if err != nil {
 		return err
 	}
-	defer rc.Close()
-	var mu sync.Mutex // guards rc
+	p.log.Info("snapshot rewound", "source", p.cfg.Source, "rows", res.Rows(), "rewound", res.Rewound(), "slot_lsn", res.SlotLSN, "snapshot_lsn", res.SnapshotLSN)
+	return nil
+}
 
-	// Real-time recency: serve wait-recent on info.Socket (pkg/recency,
-	// docs/real-time-recency.md); nudge asks the stream for progress.
-	nudge := make(chan struct{}, 1)
-	if p, err := probe.New(probe.Config{Source: "pg", DSN: cfg.DSN}); err == nil {
-		if rsrv := serveRecency(ctx, st, cfg.Source, info.Socket, p, &mu, rc, w, nudge, log); rsrv != nil {
-			defer rsrv.Close()
-			if cfg.RecencyAddr != "" {
-				addr, err := rsrv.ListenHTTP(cfg.RecencyAddr, false)
-				if err != nil {
-					return fmt.Errorf("ingest %s: %w", cfg.Source, err)
-				}
-				info.HTTP = addr
-				if err := st.WriteSourceInfo(info); err != nil {
-					return err
-				}
-				log.Info("recency endpoint", "http", "http://"+addr+recency.HTTPPath)
-			}
-		}
-		if cfg.Metrics != nil {
-			go cfg.Metrics.probeLag(ctx, p, 2*time.Second)
-		}
-	}
-
-	// 1. Snapshots of the collections whose time-0 contents are not durable.
-	need, err := needSnapshot(ctx, st, rc.Bindings(), tables)
-	if err != nil {
-		return err
-	}
-	if len(need) > 0 {
-		log.Info("snapshot", "tables", need)
-		sink := &reclockSink{ctx: ctx, rc: rc, mu: &mu}
-		res, err := snapshot.PG(ctx, snapshot.Config{
-			DSN: cfg.DSN, Publication: cfg.Publication, Slot: cfg.Slot, Tables: need, Parallel: cfg.Parallel, Logger: log,
-		}, sink)
-		if err != nil {
-			return fmt.Errorf("ingest %s: %w", cfg.Source, err)
-		}
-		if err := bindSnapshot(ctx, &mu, rc, w); err != nil {
-			return err
-		}
-		log.Info("snapshot done", "rows", res.Rows(), "rewound", res.Rewound(), "slot_lsn", res.SlotLSN, "snapshot_lsn", res.SnapshotLSN)
-	}
-
-	// 2. Where replication resumes: the frontier below which every
-	// collection is durable.
-	durable, err := w.Durable(ctx)
-	if err != nil {
-		return err
-	}
-	start := durableFrontier(rc.Bindings(), durable, frontier.DomainLSN)
-	startLSN := frontier.LSN(start.Pos())
+// Stream implements Source.
+func (p *PG) Stream(ctx context.Context, start map[string]frontier.Frontier, sink pipe.Sink, ack Ack) error {
+	id := p.cfg.Source
+	startLSN := frontier.LSN(start[id].Pos())
 	if startLSN <= 1 {
 		// Only snapshots are durable: they hold the tables as of the slot's
 		// start, so replication starts where the slot does.
 		startLSN = 0
 	}
-	log.Info("replicate", "from", startLSN, "durable_upper", durable)
-
-	streamCtx, stopStream := context.WithCancel(ctx)
-	defer stopStream()
-	bg := startBackground(streamCtx, stopStream, cfg.Interval, cfg.CompactEvery, func(ctx context.Context) error {
-		return tickIngest(ctx, &mu, rc, w)
-	}, st, log)
-
-	sink := replSink{&reclockSink{ctx: streamCtx, rc: rc, mu: &mu, metrics: cfg.Metrics}}
-	err = replicate.StreamPG(streamCtx, replicate.PGConfig{
-		DSN: cfg.DSN, Publication: cfg.Publication, Slot: cfg.Slot,
-		StartLSN: startLSN, Nudge: nudge,
+	return replicate.StreamPG(ctx, replicate.PGConfig{
+		DSN: p.cfg.DSN, Publication: p.cfg.Publication, Slot: p.cfg.Slot,
+		StartLSN: startLSN, Nudge: p.nudge,
 		Ack: func(ctx context.Context) (frontier.LSN, error) {
-			u, err := w.Durable(ctx)
-			if err != nil {
-				return 0, err
-			}
-			mu.Lock()
-			f := durableFrontier(rc.Bindings(), u, frontier.DomainLSN)
-			mu.Unlock()
-			return frontier.LSN(f.Pos()), nil
+			f, err := ack(ctx, id)
+			return frontier.LSN(f.Pos()), err
 		},
-		Logger: log,
+		Logger: p.log,
 	}, sink)
-	stopStream()
-	if terr := bg.wait(); terr != nil {
-		return terr
-	}
-	if ctx.Err() != nil {
-		// Interrupted: bind and commit what the source completed.
-		if err := finishIngest(&mu, rc, w); err != nil {
-			return err
-		}
-		log.Info("stopped", "durable_upper", w.DurableUpper())
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("ingest %s: %w", cfg.Source, err)
-	}
-	return nil
 }
+
+// Nudge implements Nudger: a standby status update with reply requested.
+func (p *PG) Nudge(string) {
+	select {
+	case p.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// Close implements Source.
+func (p *PG) Close() error { return nil }
 
 // resolveTables loads the tables to ingest.
 func resolveTables(ctx context.Context, cfg *pgx.ConnConfig, publication string, tables []string) ([]*pgarrow.Table, error) {
@@ -299,54 +226,4 @@ func needSnapshot(ctx context.Context, st *store.Store, bs []frontier.Binding, t
 		}
 	}
 	return need, nil
-}
-
-// reclockSink feeds snapshot and replication output into the reclocker.
-type reclockSink struct {
-	ctx     context.Context
-	rc      *reclock.Reclocker
-	mu      *sync.Mutex
-	metrics *Metrics
-}
-
-// Data implements snapshot.Sink.
-func (s *reclockSink) Data(collection string, rec arrow.Record) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.rc.Data(s.ctx, collection, rec)
-}
-
-// Progress implements snapshot.Sink.
-func (s *reclockSink) Progress(collection string, upper frontier.Frontier) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.rc.SourceProgress(s.ctx, upper)
-}
-
-// Relation implements replicate.Sink.
-func (s *reclockSink) Relation(t *pgarrow.Table) error { return nil }
-
-// Change implements replicate.Sink.
-func (s *reclockSink) Change(collection string, rec arrow.Record) error {
-	return s.Data(collection, rec)
-}
-
-// Error implements replicate.Sink.
-func (s *reclockSink) Error(collection string, at frontier.LSN, msg string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.rc.Error(s.ctx, collection, frontier.Time{Pos: uint64(at)}, msg)
-}
-
-// replSink is reclockSink as a replicate.Sink.
-type replSink struct{ *reclockSink }
-
-// Progress implements replicate.Sink.
-func (s replSink) Progress(upper frontier.LSN) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.metrics != nil {
-		s.metrics.sourceProgress(upper)
-	}
-	return s.rc.SourceProgress(s.ctx, frontier.Single(frontier.DomainLSN, uint64(upper)))
 }

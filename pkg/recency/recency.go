@@ -31,7 +31,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net/url"
 	"sort"
 	"strings"
 	"time"
@@ -78,15 +77,16 @@ type Options struct {
 	Collection string
 	// Timeout bounds the wait; zero means DefaultTimeout.
 	Timeout time.Duration
-	// Probe names the upstream for the direct path. Nil: the upstream the
-	// ingest recorded in the store (store.SourceInfo), with Password in
-	// place of its masked password (empty Password: none, so the driver's
-	// environment applies, e.g. PGPASSWORD).
-	Probe    *probe.Config
-	Password string
-	// Prober, when set, is used for the direct path instead of Probe (the
-	// caller keeps it open between waits and closes it).
+	// Prober, when set, reads the upstream on the direct path (the caller
+	// keeps it open between waits and closes it).
 	Prober probe.Prober
+	// Recorded, when Prober is nil, makes the direct path's prober of the
+	// upstream the ingest recorded in the store (store.SourceInfo), with
+	// Password in place of its masked password (empty Password: none, so
+	// the driver's environment applies, e.g. PGPASSWORD). The caller knows
+	// the source kinds; this package does not.
+	Recorded func(info store.SourceInfo, password string) (probe.Prober, error)
+	Password string
 	// NoDaemon skips the ingest's socket and always waits directly.
 	NoDaemon bool
 	// WaitForIngest keeps waiting when no ingest is running and the store
@@ -227,13 +227,9 @@ func Wait(ctx context.Context, st *store.Store, opts Options) (Result, error) {
 	}
 	prober := opts.Prober
 	if prober == nil {
-		cfg, err := upstreamConfig(src, opts, info, infoErr)
+		p, err := recordedProber(src, opts, info, infoErr)
 		if err != nil {
 			return Result{}, err
-		}
-		p, err := probe.New(cfg)
-		if err != nil {
-			return Result{}, fmt.Errorf("wait-recent %s: %w", src, err)
 		}
 		defer p.Close()
 		prober = p
@@ -246,42 +242,24 @@ func Wait(ctx context.Context, st *store.Store, opts Options) (Result, error) {
 	return res, err
 }
 
-// upstreamConfig is the probe configuration of the direct path.
-func upstreamConfig(src string, opts Options, info store.SourceInfo, infoErr error) (probe.Config, error) {
-	if opts.Probe != nil {
-		return *opts.Probe, nil
-	}
+// recordedProber is the direct path's prober of the upstream the ingest
+// recorded.
+func recordedProber(src string, opts Options, info store.SourceInfo, infoErr error) (probe.Prober, error) {
 	if infoErr != nil {
 		if errors.Is(infoErr, store.ErrNotFound) {
-			return probe.Config{}, hint.Wrap(fmt.Errorf("wait-recent %s: the store does not say which upstream source %s reads (no ingest has recorded it): %w", src, src, infoErr),
+			return nil, hint.Wrap(fmt.Errorf("wait-recent %s: the store does not say which upstream source %s reads (no ingest has recorded it): %w", src, src, infoErr),
 				"name the upstream: --source pg --dsn ..., or run 'rtrctl ingest' into this store first")
 		}
-		return probe.Config{}, fmt.Errorf("wait-recent %s: %w", src, infoErr)
+		return nil, fmt.Errorf("wait-recent %s: %w", src, infoErr)
 	}
-	return UpstreamConfig(info, opts.Password)
-}
-
-// UpstreamConfig turns what an ingest recorded about its upstream into a
-// probe configuration. The recorded DSN has its password masked; password
-// replaces it (empty: the DSN goes without one, and the driver's defaults
-// apply, e.g. PGPASSWORD or ~/.pgpass for PostgreSQL).
-func UpstreamConfig(info store.SourceInfo, password string) (probe.Config, error) {
-	cfg := probe.Config{Source: info.Kind, Brokers: info.Brokers, Topics: info.Topics}
-	if info.DSN != "" {
-		u, err := url.Parse(info.DSN)
-		if err != nil || u.Scheme == "" {
-			return cfg, fmt.Errorf("wait-recent %s: the recorded upstream DSN is not a URL: %w", info.Source, store.ErrInvalid)
-		}
-		if u.User != nil {
-			if password != "" {
-				u.User = url.UserPassword(u.User.Username(), password)
-			} else {
-				u.User = url.User(u.User.Username())
-			}
-		}
-		cfg.DSN = u.String()
+	if opts.Recorded == nil {
+		return nil, fmt.Errorf("wait-recent %s: no way to probe a recorded %s upstream was given", src, info.Kind)
 	}
-	return cfg, nil
+	p, err := opts.Recorded(info, opts.Password)
+	if err != nil {
+		return nil, fmt.Errorf("wait-recent %s: %w", src, err)
+	}
+	return p, nil
 }
 
 // ResolveSource picks the source to wait for: source if set, else the

@@ -299,19 +299,6 @@ func TestServerSocket(t *testing.T) {
 	}
 }
 
-func TestUpstreamConfig(t *testing.T) {
-	info := store.SourceInfo{Source: "pg", Kind: "pg", DSN: "postgres://app:xxxxx@127.0.0.1:5432/db"}
-	for _, tc := range []struct{ password, want string }{
-		{"", "postgres://app@127.0.0.1:5432/db"},
-		{"s3cr:t", "postgres://app:s3cr%3At@127.0.0.1:5432/db"},
-	} {
-		cfg, err := UpstreamConfig(info, tc.password)
-		if err != nil || cfg.DSN != tc.want || cfg.Source != "pg" {
-			t.Errorf("password %q: %+v %v, want %s", tc.password, cfg, err, tc.want)
-		}
-	}
-}
-
 func TestSocketPath(t *testing.T) {
 	if p := SocketPath("/tmp/s", "pg"); p != "/tmp/s/sources/pg.sock" {
 		t.Errorf("short: %s", p)

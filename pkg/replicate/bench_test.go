@@ -12,7 +12,6 @@ import (
 
 	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
-	"github.com/rtrctl/rtrctl/pkg/pgarrow"
 )
 
 // countSink counts what it gets; every gcEvery records it collects garbage
@@ -22,8 +21,7 @@ type countSink struct {
 	gcEvery                        uint64
 }
 
-func (s *countSink) Relation(*pgarrow.Table) error { return nil }
-func (s *countSink) Change(_ string, rec arrow.Record) error {
+func (s *countSink) Data(_ string, rec arrow.Record) error {
 	s.rows.Add(uint64(rec.NumRows()))
 	if n := s.records.Add(1); s.gcEvery > 0 && n%s.gcEvery == 0 {
 		runtime.GC()
@@ -35,8 +33,8 @@ func (s *countSink) Change(_ string, rec arrow.Record) error {
 	}
 	return nil
 }
-func (s *countSink) Progress(u frontier.LSN) error            { s.upper.Store(uint64(u)); return nil }
-func (s *countSink) Error(string, frontier.LSN, string) error { return nil }
+func (s *countSink) Progress(_ string, u frontier.Frontier) error { s.upper.Store(u.Pos()); return nil }
+func (s *countSink) Error(string, frontier.Time, string) error    { return nil }
 
 // vmHWM reads the peak resident set size of this process in kB.
 func vmHWM() int {

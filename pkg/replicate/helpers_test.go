@@ -17,6 +17,7 @@ import (
 	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
+	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
 )
 
@@ -168,7 +169,7 @@ func (s *recSink) Relation(t *pgarrow.Table) error {
 	return nil
 }
 
-func (s *recSink) Change(coll string, rec arrow.Record) error {
+func (s *recSink) Data(coll string, rec arrow.Record) error {
 	s.mu.Lock()
 	n := int(rec.NumCols())
 	for i := 0; i < int(rec.NumRows()); i++ {
@@ -195,7 +196,8 @@ func (s *recSink) Change(coll string, rec arrow.Record) error {
 	return nil
 }
 
-func (s *recSink) Progress(upper frontier.LSN) error {
+func (s *recSink) Progress(_ string, f frontier.Frontier) error {
+	upper := frontier.LSN(f.Pos())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if n := len(s.progress); n > 0 && upper <= s.progress[n-1] {
@@ -206,7 +208,8 @@ func (s *recSink) Progress(upper frontier.LSN) error {
 	return nil
 }
 
-func (s *recSink) Error(coll string, at frontier.LSN, msg string) error {
+func (s *recSink) Error(coll string, t frontier.Time, msg string) error {
+	at := frontier.LSN(t.Pos)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.errors = append(s.errors, sinkError{coll, at, msg})
@@ -253,7 +256,7 @@ type running struct {
 	done   chan error
 }
 
-func start(t testing.TB, cfg replicate.PGConfig, sink replicate.Sink) *running {
+func start(t testing.TB, cfg replicate.PGConfig, sink pipe.Sink) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cancel: cancel, done: make(chan error, 1)}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -73,63 +72,6 @@ type KafkaConfig struct {
 	ClientOpts []kgo.Opt
 }
 
-// KafkaSink receives a Kafka change stream, per topic. StreamKafka calls it
-// from one goroutine; an error it returns ends the stream.
-type KafkaSink interface {
-	// Data hands over a pipe data record of the topic's collection in the
-	// kafka domain (_time = offset, _partition = partition number). It is
-	// released after the call: Retain it to keep it.
-	Data(topic string, rec arrow.Record) error
-	// Progress says that every record of the topic below upper has been
-	// handed over. It comes only right after the topic's decoder was
-	// flushed, never between two records of one Flush: a reclocker then
-	// binds every record of a Flush at one time, which lets an upsert
-	// decoder net a Flush's records (kafkafmt.Netting).
-	Progress(topic string, upper frontier.Frontier) error
-	// Error is a definite error of the topic's collection from the record
-	// at `at` on (a record that does not decode). The collection gets no
-	// further data; progress goes on.
-	Error(topic string, at frontier.Time, msg string) error
-}
-
-// KafkaPipeSink returns a KafkaSink that writes the pipe format: data
-// streams per topic, a progress stream (rtr.collection = the topic) after
-// each step and an error stream per definite error, all with rtr.source =
-// source(topic).
-func KafkaPipeSink(w *pipe.Writer, source func(topic string) string) KafkaSink {
-	return &kafkaPipeSink{w: w, source: source}
-}
-
-type kafkaPipeSink struct {
-	w      *pipe.Writer
-	source func(string) string
-}
-
-func (s *kafkaPipeSink) Data(topic string, rec arrow.Record) error {
-	h, err := pipe.ParseHeader(rec.Schema().Metadata())
-	if err != nil {
-		return fmt.Errorf("write records of %s: %w", topic, err)
-	}
-	if err := s.w.WriteRecord(h, rec); err != nil {
-		return fmt.Errorf("write records of %s: %w", topic, err)
-	}
-	return nil
-}
-
-func (s *kafkaPipeSink) Progress(topic string, upper frontier.Frontier) error {
-	if err := s.w.WriteProgress(topic, s.source(topic), upper); err != nil {
-		return fmt.Errorf("write progress of %s: %w", topic, err)
-	}
-	return nil
-}
-
-func (s *kafkaPipeSink) Error(topic string, at frontier.Time, msg string) error {
-	if err := s.w.WriteError(topic, frontier.DomainKafka, at.Pos, msg); err != nil {
-		return fmt.Errorf("write error of %s: %w", topic, err)
-	}
-	return nil
-}
-
 // kafkaTopicState is what StreamKafka tracks per topic.
 type kafkaTopicState struct {
 	KafkaTopic
@@ -148,7 +90,7 @@ type kafkaStreamer struct {
 	admCl  *kgo.Client
 	adm    *kadm.Client
 	cl     *kgo.Client
-	sink   KafkaSink
+	sink   pipe.Sink
 	topics map[string]*kafkaTopicState
 	names  []string
 	// metaAge bounds the age of cached metadata of both clients.
@@ -172,7 +114,7 @@ type kafkaStreamer struct {
 // a record larger than MaxRecordBytes. Brokers that cannot be reached at
 // the start are retried with backoff; later, the client reconnects by
 // itself.
-func StreamKafka(ctx context.Context, cfg KafkaConfig, sink KafkaSink) error {
+func StreamKafka(ctx context.Context, cfg KafkaConfig, sink pipe.Sink) error {
 	if len(cfg.Brokers) == 0 {
 		return hint.Wrap(errors.New("replicate kafka: no brokers given"), "pass --brokers host:port (or set RTR_KAFKA_BROKERS)")
 	}

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -26,24 +25,6 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/myarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 )
-
-// MySQLSink receives a MySQL/MariaDB change stream. StreamMySQL calls it
-// from one goroutine. Times are partitioned: a MariaDB GTID domain id or a
-// MySQL server UUID (the _partition column), with the GTID's sequence or
-// transaction number as _time.
-type MySQLSink interface {
-	// Relation gives a collection's schema before its first change.
-	Relation(t *myarrow.Table) error
-	// Change hands over a data record: the table's columns, _time, _diff,
-	// _partition. rec is released after Change returns.
-	Change(collection string, rec arrow.Record) error
-	// Progress says every update at a time upper is beyond has been handed
-	// over (to every collection).
-	Progress(upper frontier.Frontier) error
-	// Error reports a definite error of one collection from time at on;
-	// the collection gets no more changes, the others go on.
-	Error(collection string, at frontier.Time, msg string) error
-}
 
 // MySQLConfig configures StreamMySQL.
 type MySQLConfig struct {
@@ -311,7 +292,7 @@ func MariaDBStartPos(f frontier.Frontier, binlogState string) (string, error) {
 // that position ended (heartbeats and nudges). It returns nil once StopAt
 // is covered, ctx's error when ctx ends, else a definite error. A lost
 // connection is retried from the last complete transaction.
-func StreamMySQL(ctx context.Context, cfg MySQLConfig, sink MySQLSink) error {
+func StreamMySQL(ctx context.Context, cfg MySQLConfig, sink pipe.Sink) error {
 	if cfg.Source == "" {
 		cfg.Source = "mysql"
 	}
@@ -385,12 +366,7 @@ func StreamMySQL(ctx context.Context, cfg MySQLConfig, sink MySQLSink) error {
 			s.progress = j
 		}
 	}
-	for _, mt := range s.tables {
-		if err := sink.Relation(mt.t); err != nil {
-			return err
-		}
-	}
-	if err := sink.Progress(s.progress); err != nil {
+	if err := sink.Progress("", s.progress); err != nil {
 		return err
 	}
 	if s.stopped() {
@@ -418,7 +394,7 @@ type myTable struct {
 type myStreamer struct {
 	cfg    MySQLConfig
 	srv    *Server
-	sink   MySQLSink
+	sink   pipe.Sink
 	domain frontier.Domain
 	tables map[string]*myTable
 	all    bool
@@ -798,9 +774,6 @@ func (s *myStreamer) tableMap(ctx context.Context, ev *replication.TableMapEvent
 		}
 		mt = &myTable{t: t}
 		s.tables[name] = mt
-		if err := s.sink.Relation(t); err != nil {
-			return sinkErr(err)
-		}
 	}
 	if mt.failed || mt.checked == ev {
 		return nil
@@ -881,7 +854,7 @@ func (s *myStreamer) flush() error {
 		}
 		n := mt.rb.Rows()
 		rec := mt.rb.NewRecord()
-		err := s.sink.Change(mt.t.QualifiedName(), rec)
+		err := s.sink.Data(mt.t.QualifiedName(), rec)
 		rec.Release()
 		if err != nil {
 			return sinkErr(err)
@@ -919,7 +892,7 @@ func (s *myStreamer) commit() error {
 	} else if err := s.resume.Update(s.txnGTID); err != nil {
 		return fmt.Errorf("track gtid %s: %w", s.txnGTID, err)
 	}
-	if err := s.sink.Progress(s.progress); err != nil {
+	if err := s.sink.Progress("", s.progress); err != nil {
 		return sinkErr(err)
 	}
 	if s.stopped() {
@@ -994,7 +967,7 @@ func (s *myStreamer) reachIdle() error {
 		return nil
 	}
 	s.progress = j
-	if err := s.sink.Progress(s.progress); err != nil {
+	if err := s.sink.Progress("", s.progress); err != nil {
 		return sinkErr(err)
 	}
 	if s.stopped() {
@@ -1020,52 +993,4 @@ func binlogIndex(f string) uint64 {
 		return 0
 	}
 	return n
-}
-
-// MySQLPipeSink returns a MySQLSink writing the pipe format to w in
-// domain d (mysql or mariadb; empty: the domain of the first progress,
-// which StreamMySQL reports before anything else).
-func MySQLPipeSink(w *pipe.Writer, source string, d frontier.Domain) MySQLSink {
-	return &myPipeSink{w: w, source: source, domain: d}
-}
-
-type myPipeSink struct {
-	w      *pipe.Writer
-	source string
-	domain frontier.Domain
-}
-
-func (s *myPipeSink) Relation(*myarrow.Table) error { return nil }
-
-func (s *myPipeSink) Change(collection string, rec arrow.Record) error {
-	if s.domain == "" {
-		if v, ok := rec.Schema().Metadata().GetValue(pipe.KeyTime); ok {
-			s.domain = frontier.Domain(v)
-		}
-	}
-	h := pipe.Header{Kind: pipe.KindData, Collection: collection, Source: s.source, Domain: s.domain}
-	if err := s.w.WriteRecord(h, rec); err != nil {
-		return fmt.Errorf("write changes of %s: %w", collection, err)
-	}
-	return nil
-}
-
-func (s *myPipeSink) Progress(upper frontier.Frontier) error {
-	if s.domain == "" {
-		s.domain = upper.Domain()
-	}
-	if upper.IsEmpty() {
-		return nil
-	}
-	if err := s.w.WriteProgress("", s.source, upper); err != nil {
-		return fmt.Errorf("write progress %s: %w", upper, err)
-	}
-	return s.w.Flush()
-}
-
-func (s *myPipeSink) Error(collection string, at frontier.Time, msg string) error {
-	if err := s.w.WriteError(collection, s.domain, at.Pos, msg); err != nil {
-		return fmt.Errorf("write error of %s: %w", collection, err)
-	}
-	return nil
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
-	"github.com/rtrctl/rtrctl/pkg/myarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
 )
@@ -95,8 +94,7 @@ type mySink struct {
 
 func newMySink() *mySink { return &mySink{rows: map[string]map[string]int64{}} }
 
-func (s *mySink) Relation(*myarrow.Table) error { return nil }
-func (s *mySink) Change(coll string, rec arrow.Record) error {
+func (s *mySink) Data(coll string, rec arrow.Record) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cols, times, diffs, parts := pipe.SplitData(rec)
@@ -120,7 +118,7 @@ func (s *mySink) Change(coll string, rec arrow.Record) error {
 	}
 	return nil
 }
-func (s *mySink) Progress(f frontier.Frontier) error {
+func (s *mySink) Progress(_ string, f frontier.Frontier) error {
 	s.mu.Lock()
 	if n := len(s.progress); n > 0 && !f.Covers(s.progress[n-1]) {
 		s.mu.Unlock()
@@ -179,7 +177,7 @@ func myString(t testing.TB, c *client.Conn, q string) string {
 }
 
 // streamUntil runs StreamMySQL in the background; stop ends it.
-func streamUntil(t *testing.T, cfg replicate.MySQLConfig, sink replicate.MySQLSink) (stop func() error) {
+func streamUntil(t *testing.T, cfg replicate.MySQLConfig, sink pipe.Sink) (stop func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- replicate.StreamMySQL(ctx, cfg, sink) }()

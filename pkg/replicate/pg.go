@@ -23,6 +23,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
+	"github.com/rtrctl/rtrctl/pkg/pipe"
 )
 
 // PGConfig configures StreamPG.
@@ -75,7 +76,7 @@ var slotNameRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 // and otherwise a definite error (with a hint where one helps). After the
 // stream has started, a lost connection is retried with exponential
 // backoff from the last position, without losing or repeating changes.
-func StreamPG(ctx context.Context, cfg PGConfig, sink Sink) error {
+func StreamPG(ctx context.Context, cfg PGConfig, sink pipe.Sink) error {
 	if cfg.Publication == "" {
 		return hint.Wrap(errors.New("replicate postgres: no publication given"), "name one with --publication; create it with: CREATE PUBLICATION rtr FOR TABLE public.orders")
 	}

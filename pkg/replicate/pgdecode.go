@@ -46,7 +46,7 @@ type relation struct {
 // its state survives reconnects, so a transaction cut short by a lost
 // connection resumes where its emitted part ended.
 type decoder struct {
-	sink       Sink
+	sink       pipe.Sink
 	mem        memory.Allocator
 	resolve    resolveFunc
 	flushRows  int
@@ -75,7 +75,7 @@ type decoder struct {
 	done bool // StopAt reached
 }
 
-func newDecoder(sink Sink, mem memory.Allocator, resolve resolveFunc, flushRows, flushBytes int, stopAt frontier.LSN) *decoder {
+func newDecoder(sink pipe.Sink, mem memory.Allocator, resolve resolveFunc, flushRows, flushBytes int, stopAt frontier.LSN) *decoder {
 	return &decoder{sink: sink, mem: mem, resolve: resolve, flushRows: flushRows, flushBytes: flushBytes, stopAt: stopAt,
 		rels: map[uint32]*relation{}, stopped: map[string]bool{}}
 }
@@ -87,7 +87,7 @@ func (d *decoder) progress(upper frontier.LSN) error {
 		return nil
 	}
 	d.upper = upper
-	if err := sinkErr(d.sink.Progress(upper)); err != nil {
+	if err := sinkErr(d.sink.Progress("", frontier.Single(frontier.DomainLSN, uint64(upper)))); err != nil {
 		return err
 	}
 	if d.stopAt != 0 && upper > d.stopAt {
@@ -256,7 +256,7 @@ func (d *decoder) stop(r *relation, msg string) error {
 	if !d.inTxn {
 		at = d.upper
 	}
-	return sinkErr(d.sink.Error(name, at, msg))
+	return sinkErr(d.sink.Error(name, frontier.Time{Pos: uint64(at)}, msg))
 }
 
 // relation handles a Relation message: the first one of a relation
@@ -302,7 +302,10 @@ func (d *decoder) relation(ctx context.Context, m *pglogrepl.RelationMessage) er
 		return fmt.Errorf("relation %s: %w", name, err)
 	}
 	r.schema = pipe.DataSchema(t.Fields(), frontier.DomainLSN, arrow.Metadata{})
-	return sinkErr(d.sink.Relation(t))
+	if rs, ok := d.sink.(RelationSink); ok {
+		return sinkErr(rs.Relation(t))
+	}
+	return nil
 }
 
 func (d *decoder) at() frontier.LSN {
@@ -439,7 +442,7 @@ func (d *decoder) flushRel(r *relation) error {
 	defer da.Release()
 	rec := array.NewRecord(r.schema, append(cols[:len(cols):len(cols)], ta, da), int64(n))
 	defer rec.Release()
-	return sinkErr(d.sink.Change(r.table.QualifiedName(), rec))
+	return sinkErr(d.sink.Data(r.table.QualifiedName(), rec))
 }
 
 // release frees the builders.

@@ -84,7 +84,7 @@ func BenchmarkSnapshot(b *testing.B) {
 			for range b.N {
 				began := time.Now()
 				res, err := PG(ctx, Config{DSN: dsn, Publication: "pub", Slot: "rtr_bench", Parallel: par, Format: bc.format},
-					&PipeSink{W: pipe.NewWriter(io.Discard, nil), Source: "pg"})
+					&pipe.PipeSink{W: pipe.NewWriter(io.Discard, nil), Source: "pg"})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -236,9 +236,7 @@ type changeSink struct {
 	changes []change
 }
 
-func (s *changeSink) Relation(*pgarrow.Table) error { return nil }
-
-func (s *changeSink) Change(coll string, rec arrow.Record) error {
+func (s *changeSink) Data(coll string, rec arrow.Record) error {
 	if coll != "public.every" {
 		return fmt.Errorf("change of %s", coll)
 	}
@@ -249,10 +247,10 @@ func (s *changeSink) Change(coll string, rec arrow.Record) error {
 	return nil
 }
 
-func (s *changeSink) Progress(frontier.LSN) error { return nil }
+func (s *changeSink) Progress(string, frontier.Frontier) error { return nil }
 
-func (s *changeSink) Error(coll string, at frontier.LSN, msg string) error {
-	return fmt.Errorf("definite error of %s at %s: %s", coll, at, msg)
+func (s *changeSink) Error(coll string, at frontier.Time, msg string) error {
+	return fmt.Errorf("definite error of %s at %d: %s", coll, at.Pos, msg)
 }
 
 // everySnapshotSink consolidates a snapshot of public.every by exactKey.
@@ -412,4 +410,9 @@ func TestSnapshotPlusReplicationIsExact(t *testing.T) {
 		t.Logf("checkpoint %d at %s: %d rows, %d changes below it", i, cp.L, len(cp.rows), applied)
 	}
 	t.Logf("snapshot at %s: %+v; %d changes replicated; writer commits %d", res.SnapshotLSN, res.Tables, len(sink.changes), w.commits.Load())
+}
+
+// Error implements pipe.Sink; a snapshot never reports one.
+func (s *everySnapshotSink) Error(coll string, at frontier.Time, msg string) error {
+	return fmt.Errorf("snapshot reported an error of %s at %v: %s", coll, at, msg)
 }

@@ -130,7 +130,7 @@ type myBatch struct {
 //     the snapshot and emit those changes negated at time 0;
 //  4. report each table complete: progress Start (joined with
 //     {partition: 1}, so time 0 is complete).
-func MySQL(ctx context.Context, cfg MySQLConfig, sink Sink) (*MySQLResult, error) {
+func MySQL(ctx context.Context, cfg MySQLConfig, sink pipe.Sink) (*MySQLResult, error) {
 	began := time.Now()
 	if cfg.Parallel < 1 {
 		cfg.Parallel = 1
@@ -442,7 +442,7 @@ func splitRange(lo, hi string, k int) []string {
 
 // copyMySQL runs the tasks on the workers and writes the records to sink
 // from this goroutine.
-func copyMySQL(ctx context.Context, cfg MySQLConfig, d frontier.Domain, part string, workers []*client.Conn, tasks []myTask, tabs []*myTab, sink Sink, began time.Time) error {
+func copyMySQL(ctx context.Context, cfg MySQLConfig, d frontier.Domain, part string, workers []*client.Conn, tasks []myTask, tabs []*myTab, sink pipe.Sink, began time.Time) error {
 	var estimate int64
 	for _, tb := range tabs {
 		estimate += tb.t.Rows
@@ -543,7 +543,7 @@ func copyWorkerMySQL(ctx context.Context, conn *client.Conn, cfg MySQLConfig, d 
 // rewindMySQL reads the binlog from res.Start to res.Snapshot and writes
 // every change to a snapshotted table that the snapshot includes, negated,
 // at time 0.
-func rewindMySQL(ctx context.Context, cfg MySQLConfig, res *MySQLResult, tabs []*myTab, sink Sink, began time.Time) error {
+func rewindMySQL(ctx context.Context, cfg MySQLConfig, res *MySQLResult, tabs []*myTab, sink pipe.Sink, began time.Time) error {
 	r := &myRewinder{cfg: cfg, res: res, sink: sink, began: began, tabs: map[string]*myTab{}}
 	var names []string
 	for _, tb := range tabs {
@@ -565,7 +565,7 @@ func rewindMySQL(ctx context.Context, cfg MySQLConfig, res *MySQLResult, tabs []
 type myRewinder struct {
 	cfg     MySQLConfig
 	res     *MySQLResult
-	sink    Sink
+	sink    pipe.Sink
 	began   time.Time
 	tabs    map[string]*myTab
 	rows    int64
@@ -578,9 +578,7 @@ func (r *myRewinder) inWindow(t frontier.Time) bool {
 	return r.res.Snapshot.Beyond(t) && !r.res.Start.Beyond(t)
 }
 
-func (r *myRewinder) Relation(*myarrow.Table) error { return nil }
-
-func (r *myRewinder) Progress(frontier.Frontier) error { return nil }
+func (r *myRewinder) Progress(string, frontier.Frontier) error { return nil }
 
 func (r *myRewinder) Error(collection string, at frontier.Time, msg string) error {
 	if r.tabs[collection] == nil || !r.inWindow(at) {
@@ -589,7 +587,7 @@ func (r *myRewinder) Error(collection string, at frontier.Time, msg string) erro
 	return fmt.Errorf("rewind %s: %w: %s", collection, ErrRewind, msg)
 }
 
-func (r *myRewinder) Change(collection string, rec arrow.Record) error {
+func (r *myRewinder) Data(collection string, rec arrow.Record) error {
 	tb := r.tabs[collection]
 	if tb == nil || rec.NumRows() == 0 {
 		return nil
@@ -691,38 +689,6 @@ func appendFrom(b array.Builder, arr arrow.Array, i int) error {
 		bb.Append(arr.(*array.Binary).Value(i))
 	default:
 		return fmt.Errorf("rewind: unexpected column type %s", arr.DataType())
-	}
-	return nil
-}
-
-// MySQLPipeSink writes a MySQL snapshot in the pipe format.
-type MySQLPipeSink struct {
-	W      *pipe.Writer
-	Source string
-	// Domain is mysql or mariadb; empty means the one each record's
-	// schema names (rtr.time).
-	Domain frontier.Domain
-}
-
-// Data writes rec as a batch of a data stream of collection.
-func (s *MySQLPipeSink) Data(collection string, rec arrow.Record) error {
-	d := s.Domain
-	if d == "" {
-		if v, ok := rec.Schema().Metadata().GetValue(pipe.KeyTime); ok {
-			d = frontier.Domain(v)
-		}
-	}
-	h := pipe.Header{Kind: pipe.KindData, Collection: collection, Source: s.Source, Domain: d}
-	if err := s.W.WriteRecord(h, rec); err != nil {
-		return fmt.Errorf("write snapshot of %s: %w", collection, err)
-	}
-	return nil
-}
-
-// Progress writes a progress stream of collection.
-func (s *MySQLPipeSink) Progress(collection string, upper frontier.Frontier) error {
-	if err := s.W.WriteProgress(collection, s.Source, upper); err != nil {
-		return fmt.Errorf("write snapshot progress of %s: %w", collection, err)
 	}
 	return nil
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
-	"github.com/rtrctl/rtrctl/pkg/myarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
 )
@@ -73,7 +72,7 @@ func BenchmarkMySQL(b *testing.B) {
 			for _, par := range []int{1, 2} {
 				w := pipe.NewWriter(io.Discard, nil)
 				began := time.Now()
-				res, err := MySQL(ctx, MySQLConfig{DSN: m.URL(), Tables: []string{"bench.t"}, Parallel: par, RangeRows: 20_000}, &MySQLPipeSink{W: w, Source: "mysql"})
+				res, err := MySQL(ctx, MySQLConfig{DSN: m.URL(), Tables: []string{"bench.t"}, Parallel: par, RangeRows: 20_000}, &pipe.PipeSink{W: w, Source: "mysql"})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -119,10 +118,9 @@ type benchSink struct {
 	rows int64
 }
 
-func (s *benchSink) Relation(*myarrow.Table) error { return nil }
-func (s *benchSink) Change(coll string, rec arrow.Record) error {
+func (s *benchSink) Data(coll string, rec arrow.Record) error {
 	s.rows += rec.NumRows()
 	return s.w.WriteRecord(pipe.Header{Kind: pipe.KindData, Collection: coll, Source: "mysql", Domain: frontier.DomainMariaDB}, rec)
 }
-func (s *benchSink) Progress(frontier.Frontier) error          { return nil }
+func (s *benchSink) Progress(string, frontier.Frontier) error  { return nil }
 func (s *benchSink) Error(string, frontier.Time, string) error { return nil }

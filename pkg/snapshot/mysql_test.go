@@ -16,7 +16,6 @@ import (
 
 	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
-	"github.com/rtrctl/rtrctl/pkg/myarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
 )
@@ -84,9 +83,8 @@ type streamRows struct {
 	last frontier.Frontier
 }
 
-func (s *streamRows) Relation(*myarrow.Table) error              { return nil }
-func (s *streamRows) Change(coll string, rec arrow.Record) error { return s.add(coll, rec) }
-func (s *streamRows) Progress(f frontier.Frontier) error         { s.last = f; return nil }
+func (s *streamRows) Data(coll string, rec arrow.Record) error     { return s.add(coll, rec) }
+func (s *streamRows) Progress(_ string, f frontier.Frontier) error { s.last = f; return nil }
 func (s *streamRows) Error(coll string, at frontier.Time, m string) error {
 	s.errs = append(s.errs, coll+": "+m)
 	return nil
@@ -327,4 +325,9 @@ func myDiffRows(a, b map[string]int64) string {
 		out = append(out[:5], fmt.Sprintf("... %d more", len(out)-5))
 	}
 	return strings.Join(out, "; ")
+}
+
+// Error implements pipe.Sink; a snapshot never reports one.
+func (s *myRows) Error(coll string, at frontier.Time, msg string) error {
+	return fmt.Errorf("snapshot reported an error of %s at %v: %s", coll, at, msg)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
+	"github.com/rtrctl/rtrctl/pkg/pipe"
 )
 
 // Defaults of Config.
@@ -140,7 +141,7 @@ func (r *Result) Rewound() int64 {
 //     and emit every change committed below snapshot_lsn negated, at time
 //     0;
 //  4. report each table complete at time 0 (upper 1).
-func PG(ctx context.Context, cfg Config, sink Sink) (*Result, error) {
+func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 	began := time.Now()
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
@@ -311,7 +312,7 @@ func plan(tables []*table, parallel int, rangePages int64) []task {
 // copyTables exports a snapshot pinned to an LSN, copies every table
 // against it on cfg.Parallel connections and writes the rows to sink. It
 // returns the snapshot's LSN.
-func copyTables(ctx context.Context, cfg Config, connCfg *pgx.ConnConfig, tables []*table, sink Sink, began time.Time) (frontier.LSN, error) {
+func copyTables(ctx context.Context, cfg Config, connCfg *pgx.ConnConfig, tables []*table, sink pipe.Sink, began time.Time) (frontier.LSN, error) {
 	replCfg := connCfg.Copy()
 	if replCfg.RuntimeParams == nil {
 		replCfg.RuntimeParams = map[string]string{}

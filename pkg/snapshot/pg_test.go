@@ -484,3 +484,8 @@ func TestErrors(t *testing.T) {
 		t.Errorf("slot found %v (%v) after failed snapshots", found, err)
 	}
 }
+
+// Error implements pipe.Sink; a snapshot never reports one.
+func (s *memSink) Error(coll string, at frontier.Time, msg string) error {
+	return fmt.Errorf("snapshot reported an error of %s at %v: %s", coll, at, msg)
+}

@@ -32,7 +32,7 @@ func inSnapshot(t uint64, snapLSN frontier.LSN) bool { return t < uint64(snapLSN
 // rewind reads the permanent slot from slotLSN and writes every change to
 // the snapshotted tables that the snapshot (at snapLSN) includes, negated,
 // at time 0. It confirms nothing.
-func rewind(ctx context.Context, cfg Config, tables []*table, slotLSN, snapLSN frontier.LSN, sink Sink, began time.Time) error {
+func rewind(ctx context.Context, cfg Config, tables []*table, slotLSN, snapLSN frontier.LSN, sink pipe.Sink, began time.Time) error {
 	if slotLSN >= snapLSN {
 		return nil
 	}
@@ -57,10 +57,10 @@ func rewind(ctx context.Context, cfg Config, tables []*table, slotLSN, snapLSN f
 	return nil
 }
 
-// rewinder is the replicate.Sink of a rewind.
+// rewinder is the pipe.Sink (and replicate.RelationSink) of a rewind.
 type rewinder struct {
 	cfg      Config
-	sink     Sink
+	sink     pipe.Sink
 	snapLSN  frontier.LSN
 	tables   map[string]*table
 	began    time.Time
@@ -95,9 +95,9 @@ func sameColumns(a, b []pgarrow.Column) bool {
 	return true
 }
 
-// Change negates the rows of rec that the snapshot includes and writes
+// Data negates the rows of rec that the snapshot includes and writes
 // them at time 0.
-func (r *rewinder) Change(collection string, rec arrow.Record) error {
+func (r *rewinder) Data(collection string, rec arrow.Record) error {
 	tb := r.tables[collection]
 	if tb == nil || rec.NumRows() == 0 {
 		return nil
@@ -165,12 +165,13 @@ func (r *rewinder) emit(tb *table, cols []arrow.Array, diffs *array.Int64, lo, h
 }
 
 // Progress is of no use to a rewind: StreamPG returns at the stop LSN.
-func (r *rewinder) Progress(frontier.LSN) error { return nil }
+func (r *rewinder) Progress(string, frontier.Frontier) error { return nil }
 
 // Error fails the rewind when a snapshotted table has a definite error
 // (e.g. a TRUNCATE) inside the snapshot: rows it removed are unknown, so
 // the snapshot cannot be taken back to slot_lsn.
-func (r *rewinder) Error(collection string, at frontier.LSN, msg string) error {
+func (r *rewinder) Error(collection string, t frontier.Time, msg string) error {
+	at := frontier.LSN(t.Pos)
 	tb := r.tables[collection]
 	if tb == nil || !inSnapshot(uint64(at), r.snapLSN) {
 		return nil

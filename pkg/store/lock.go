@@ -111,8 +111,14 @@ func (s *Store) ReadSourceInfo(source string) (SourceInfo, error) {
 		return SourceInfo{}, fmt.Errorf("read source info %s: %w", source, err)
 	}
 	var info SourceInfo
+	var legacy legacySourceInfo
 	if err := json.Unmarshal(b, &info); err != nil {
 		return SourceInfo{}, fmt.Errorf("read source info %s: %w", source, err)
+	}
+	if info.Upstream == nil && json.Unmarshal(b, &legacy) == nil {
+		if m := legacy.upstream(); len(m) > 0 {
+			info.Upstream = m
+		}
 	}
 	return info, nil
 }
@@ -141,13 +147,15 @@ func (s *Store) LockHeld(source string) bool {
 // SourceInfo is what an ingest records about its upstream in the store, so
 // that wait-recent and status can find it. It never holds a password.
 type SourceInfo struct {
-	Source      string   `json:"source"`
-	Kind        string   `json:"kind"`
-	DSN         string   `json:"dsn,omitempty"` // without password
-	Publication string   `json:"publication,omitempty"`
-	Slot        string   `json:"slot,omitempty"`
-	Brokers     []string `json:"brokers,omitempty"`
-	Topics      []string `json:"topics,omitempty"`
+	Source string `json:"source"`
+	// Kind is the source kind (pg, mysql, mariadb, kafka).
+	Kind string `json:"kind"`
+	// Upstream names the upstream in the source kind's own terms, without
+	// secrets: for example dsn (masked), publication and slot for pg,
+	// dsn for mysql, brokers and topic for kafka.
+	Upstream map[string]string `json:"upstream,omitempty"`
+	// Collections are the source's collections (every one an ingest of it
+	// has written, not only the last run's).
 	Collections []string `json:"collections,omitempty"`
 	PID         int      `json:"pid"`
 	Started     string   `json:"started"`
@@ -156,6 +164,27 @@ type SourceInfo struct {
 	// HTTP is the daemon's loopback HTTP endpoint (host:port), when asked
 	// for one.
 	HTTP string `json:"http,omitempty"`
+}
+
+// legacySourceInfo holds the upstream fields that stores written before
+// SourceInfo.Upstream kept at the top level.
+type legacySourceInfo struct {
+	DSN         string   `json:"dsn"`
+	Publication string   `json:"publication"`
+	Slot        string   `json:"slot"`
+	Brokers     []string `json:"brokers"`
+	Topics      []string `json:"topics"`
+}
+
+func (l legacySourceInfo) upstream() map[string]string {
+	m := map[string]string{}
+	for k, v := range map[string]string{"dsn": l.DSN, "publication": l.Publication, "slot": l.Slot,
+		"brokers": strings.Join(l.Brokers, ","), "topic": strings.Join(l.Topics, ",")} {
+		if v != "" {
+			m[k] = v
+		}
+	}
+	return m
 }
 
 // RecordedSources lists the sources an ingest recorded info for (in

@@ -20,6 +20,9 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -93,6 +96,7 @@ type Store struct {
 	opts Options
 	fs   FS
 
+	id     string
 	mu     sync.Mutex
 	shards map[string]*Shard // by kind + "/" + name
 }
@@ -108,6 +112,9 @@ const (
 type storeMeta struct {
 	Format  int    `json:"format"`
 	Created string `json:"created"`
+	// ID is random, made when the store is created (stores made before it
+	// existed get one derived from Created).
+	ID string `json:"id,omitempty"`
 }
 
 // Open opens the store in dir, creating it on first use.
@@ -133,7 +140,11 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	b, err := readFile(s.fs, path)
 	if errors.Is(err, fs.ErrNotExist) {
-		meta, _ := json.MarshalIndent(storeMeta{Format: FormatVersion, Created: opts.Now().UTC().Format(time.RFC3339)}, "", "  ")
+		var id [8]byte
+		if _, err := rand.Read(id[:]); err != nil {
+			return nil, fmt.Errorf("open store %s: %w", dir, err)
+		}
+		meta, _ := json.MarshalIndent(storeMeta{Format: FormatVersion, Created: opts.Now().UTC().Format(time.RFC3339), ID: hex.EncodeToString(id[:])}, "", "  ")
 		tmp, werr := writeTemp(s.fs, dir, storeFile, append(meta, '\n'))
 		if werr != nil {
 			return nil, fmt.Errorf("open store %s: %w", dir, werr)
@@ -158,8 +169,17 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	if meta.Format != FormatVersion {
 		return nil, fmt.Errorf("open store %s: format version %d, this rtrctl reads version %d; use a matching rtrctl", dir, meta.Format, FormatVersion)
 	}
+	s.id = meta.ID
+	if s.id == "" {
+		sum := sha256.Sum256([]byte(meta.Created))
+		s.id = hex.EncodeToString(sum[:8])
+	}
 	return s, nil
 }
+
+// ID identifies the store: 16 hex digits, made when it was created. Names
+// that must differ between stores (a default replication slot) use it.
+func (s *Store) ID() string { return s.id }
 
 // onlyStoreEntries reports whether a directory holds nothing but what a
 // store being created holds before its rtrstore.json (another process may

@@ -16,7 +16,6 @@ package probe
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 )
@@ -38,28 +37,4 @@ type Prober interface {
 	Probe(ctx context.Context) (Result, error)
 	// Close releases the connection.
 	Close() error
-}
-
-// Config says which upstream to probe.
-type Config struct {
-	// Source is pg, mysql (also MariaDB) or kafka.
-	Source string
-	// DSN for pg and mysql. Empty for pg means the PG* environment variables.
-	DSN string
-	// Brokers and Topics for kafka.
-	Brokers []string
-	Topics  []string
-}
-
-// New returns a Prober for cfg. It does not connect yet.
-func New(cfg Config) (Prober, error) {
-	switch cfg.Source {
-	case "pg", "postgres", "postgresql":
-		return NewPostgres(cfg.DSN)
-	case "mysql", "mariadb":
-		return NewMySQL(cfg.DSN)
-	case "kafka":
-		return NewKafka(cfg.Brokers, cfg.Topics)
-	}
-	return nil, fmt.Errorf("new probe: unknown source %q (want pg, mysql or kafka)", cfg.Source)
 }

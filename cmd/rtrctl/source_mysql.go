@@ -11,12 +11,46 @@ import (
 
 	"github.com/rtrctl/rtrctl/internal/dsn"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/ingest"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
 	"github.com/rtrctl/rtrctl/pkg/snapshot"
-	"github.com/rtrctl/rtrctl/pkg/store"
 )
+
+// The MySQL/MariaDB source: row events of the binlog at their GTID, a
+// definite snapshot at a GTID position (docs/mysql.md).
+func init() {
+	registerSource(&sourceKind{
+		name:    "mysql",
+		aliases: []string{"mariadb"},
+		flags: map[string][]cli.Flag{
+			"replicate": {&cli.StringFlag{Name: "start-gtid", Usage: "mysql: start after this GTID position (MariaDB 0-1-42, MySQL uuid:1-42; default: the server's current position)"}},
+		},
+		upstream: func(c *cli.Context) (upstream, error) {
+			d := envDefault(c, "dsn", "RTR_MYSQL_DSN")
+			if d == "" {
+				return nil, usagef("pass --dsn user:pass@tcp(host:3306)/db or set RTR_MYSQL_DSN", "no MySQL DSN given")
+			}
+			return mysqlUpstream{dsn: d}, nil
+		},
+		snapshot:  snapshotMySQLAction,
+		replicate: replicateMySQLAction,
+		ingest: func(c *cli.Context, u upstream) (ingest.Source, error) {
+			tables := splitList(c.String("tables"))
+			if len(tables) == 0 {
+				return nil, usagef("pass --tables db.t1,db.t2", "no --tables given")
+			}
+			return ingest.NewMySQL(ingest.MySQLConfig{DSN: u.(mysqlUpstream).dsn, Tables: tables, Parallel: c.Int("parallel"), Source: sourceID(c, "mysql")}), nil
+		},
+		recorded: recordedVia(probe.NewMySQL),
+	})
+}
+
+// mysqlUpstream is a MySQL/MariaDB DSN.
+type mysqlUpstream struct{ dsn string }
+
+func (u mysqlUpstream) Prober() (probe.Prober, error) { return probe.NewMySQL(u.dsn) }
 
 // splitList splits a comma-separated flag (also given several times).
 func splitList(vals ...string) []string {
@@ -49,8 +83,8 @@ func parseStopAt(s string) (frontier.Frontier, error) {
 }
 
 // snapshotMySQLAction runs 'rtrctl snapshot --source mysql'.
-func snapshotMySQLAction(c *cli.Context, dsnStr string) error {
-	cfg := snapshot.MySQLConfig{DSN: dsnStr, Tables: splitList(c.StringSlice("tables")...), Parallel: c.Int("parallel"), Source: "mysql"}
+func snapshotMySQLAction(c *cli.Context, u upstream) error {
+	cfg := snapshot.MySQLConfig{DSN: u.(mysqlUpstream).dsn, Tables: splitList(c.StringSlice("tables")...), Parallel: c.Int("parallel"), Source: "mysql"}
 	if len(cfg.Tables) == 0 {
 		return usagef("pass --tables db.t1,db.t2", "no --tables given")
 	}
@@ -67,7 +101,7 @@ func runSnapshotMySQL(ctx context.Context, w, e io.Writer, cfg snapshot.MySQLCon
 	began := time.Now()
 	// The domain (mysql or mariadb) is known once connected: the sink
 	// takes it from each record's metadata.
-	sink := &snapshot.MySQLPipeSink{W: pw, Source: cfg.Source}
+	sink := &pipe.PipeSink{W: pw, Source: cfg.Source}
 	res, err := snapshot.MySQL(ctx, cfg, sink)
 	rep.finish()
 	if err != nil {
@@ -98,12 +132,8 @@ func runSnapshotMySQL(ctx context.Context, w, e io.Writer, cfg snapshot.MySQLCon
 }
 
 // replicateMySQLAction runs 'rtrctl replicate --source mysql'.
-func replicateMySQLAction(c *cli.Context) error {
-	src, err := sourceConfig(c, nil)
-	if err != nil {
-		return err
-	}
-	cfg := replicate.MySQLConfig{DSN: src.DSN, Tables: splitList(c.String("tables")), Start: c.String("start-gtid"), Source: "mysql"}
+func replicateMySQLAction(c *cli.Context, u upstream) error {
+	cfg := replicate.MySQLConfig{DSN: u.(mysqlUpstream).dsn, Tables: splitList(c.String("tables")), Start: c.String("start-gtid"), Source: "mysql"}
 	if c.String("source-id") != "" {
 		cfg.Source = c.String("source-id")
 	}
@@ -119,7 +149,7 @@ func replicateMySQLAction(c *cli.Context) error {
 
 func runReplicateMySQL(ctx context.Context, w io.Writer, cfg replicate.MySQLConfig) error {
 	pw := pipe.NewWriter(w, nil)
-	sink := replicate.MySQLPipeSink(pw, cfg.Source, "")
+	sink := &pipe.PipeSink{W: pw, Source: cfg.Source}
 	err := replicate.StreamMySQL(ctx, cfg, sink)
 	if cerr := pw.Close(); err == nil {
 		err = cerr
@@ -128,28 +158,4 @@ func runReplicateMySQL(ctx context.Context, w io.Writer, cfg replicate.MySQLConf
 		return nil
 	}
 	return err
-}
-
-// ingestMySQLAction runs 'rtrctl ingest --source mysql'.
-func ingestMySQLAction(c *cli.Context, dsnStr string) error {
-	tables := splitList(c.String("tables"))
-	if len(tables) == 0 {
-		return usagef("pass --tables db.t1,db.t2", "no --tables given")
-	}
-	st, err := store.Open(c.Context, c.String("store"), store.Options{Retain: c.Duration("retain")})
-	if err != nil {
-		return err
-	}
-	compactEvery := c.Duration("compact-every")
-	if compactEvery == 0 {
-		compactEvery = -1
-	}
-	source := c.String("source-id")
-	if source == "" {
-		source = "mysql"
-	}
-	return ingest.RunMySQL(c.Context, ingest.MySQLConfig{
-		DSN: dsnStr, Tables: tables, Parallel: c.Int("parallel"), Store: st, Source: source,
-		Interval: c.Duration("interval"), CompactEvery: compactEvery, AfterCommit: faultAfterCommit(),
-	})
 }

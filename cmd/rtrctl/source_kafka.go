@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
+	"github.com/rtrctl/rtrctl/pkg/ingest"
+	"github.com/rtrctl/rtrctl/pkg/kafkafmt"
+	"github.com/rtrctl/rtrctl/pkg/pipe"
+	"github.com/rtrctl/rtrctl/pkg/replicate"
+	"github.com/rtrctl/rtrctl/pkg/store"
+)
+
+// The Kafka source: records of topics (read_committed) at (partition,
+// offset), every topic its own source id kafka.<topic> (docs/kafka.md).
+func init() {
+	formats := func(cmd string) []cli.Flag {
+		return []cli.Flag{
+			&cli.StringFlag{Name: "envelope", Value: "none", Usage: "kafka: none (append-only) or upsert (one row per key)"},
+			&cli.StringFlag{Name: "key-format", Value: "bytes", Usage: "kafka: bytes, text or json"},
+			&cli.StringFlag{Name: "value-format", Value: "bytes", Usage: "kafka: bytes, text or json"},
+			&cli.IntFlag{Name: "max-record-bytes", Value: replicate.DefaultMaxRecordBytes, Usage: "kafka: largest record (key+value+headers) accepted"},
+		}
+	}
+	topicFlag := &cli.StringFlag{Name: "topic", Usage: "kafka: the topic"}
+	registerSource(&sourceKind{
+		name: "kafka",
+		flags: map[string][]cli.Flag{
+			"frontier":    {topicFlag},
+			"wait-recent": {topicFlag},
+			"replicate": append([]cli.Flag{&cli.StringFlag{Name: "topic", Usage: "kafka: the topic (one per pipe; it is the collection)"},
+				&cli.StringFlag{Name: "start", Usage: "kafka: start offsets partition:offset,... e.g. 0:15,1:7 (default: every partition's log start)"}}, formats("replicate")...),
+			"ingest": append([]cli.Flag{&cli.StringFlag{Name: "topics", Usage: "kafka: comma-separated topics (required for kafka)"},
+				&cli.StringFlag{Name: "group", Usage: "kafka: consumer group to commit durable offsets to (monitoring only)"}}, formats("ingest")...),
+		},
+		upstream: func(c *cli.Context) (upstream, error) {
+			u := kafkaUpstream{brokers: splitList(envDefault(c, "brokers", "RTR_KAFKA_BROKERS"))}
+			if len(u.brokers) == 0 {
+				return nil, usagef("pass --brokers host:port or set RTR_KAFKA_BROKERS", "no Kafka brokers given")
+			}
+			flag := "topic"
+			if c.Command.Name == "ingest" {
+				flag = "topics"
+			}
+			u.topics = splitList(c.String(flag))
+			if len(u.topics) == 0 {
+				return nil, usagef("pass --"+flag+" NAME", "no Kafka topic given")
+			}
+			return u, nil
+		},
+		replicate: replicateKafkaAction,
+		ingest: func(c *cli.Context, u upstream) (ingest.Source, error) {
+			ku := u.(kafkaUpstream)
+			switch env := c.String("envelope"); env {
+			case "none", "upsert":
+			default:
+				return nil, usagef("use --envelope none or --envelope upsert", "bad --envelope %q", env)
+			}
+			for _, f := range []string{"key-format", "value-format"} {
+				if _, err := kafkafmt.ParseFormat(c.String(f)); err != nil {
+					return nil, usagef("use --"+f+" bytes, text or json", "bad --%s %q", f, c.String(f))
+				}
+			}
+			return ingest.NewKafka(ingest.KafkaConfig{
+				Brokers: ku.brokers, Topics: ku.topics, Source: c.String("source-id"),
+				Envelope: c.String("envelope"), KeyFormat: c.String("key-format"), ValueFormat: c.String("value-format"),
+				Group: c.String("group"), MaxRecordBytes: c.Int("max-record-bytes"),
+			}), nil
+		},
+		recorded: func(info store.SourceInfo, _ string) (probe.Prober, error) {
+			return probe.NewKafka(splitList(info.Upstream["brokers"]), splitList(info.Upstream["topic"]))
+		},
+	})
+}
+
+// kafkaUpstream is a Kafka cluster and topics.
+type kafkaUpstream struct{ brokers, topics []string }
+
+func (u kafkaUpstream) Prober() (probe.Prober, error) { return probe.NewKafka(u.brokers, u.topics) }
+
+// errStopReached ends a Kafka replicate at --stop-at.
+var errStopReached = errors.New("stop frontier reached")
+
+// replicateKafkaAction runs 'rtrctl replicate --source kafka'.
+func replicateKafkaAction(c *cli.Context, u upstream) error {
+	cfg := u.(kafkaUpstream)
+	topic := cfg.topics[0]
+	var start, stop frontier.Frontier
+	for _, f := range []struct {
+		name string
+		dst  *frontier.Frontier
+	}{{"start", &start}, {"stop-at", &stop}} {
+		*f.dst = frontier.Empty(frontier.DomainKafka)
+		if s := c.String(f.name); s != "" {
+			v, err := frontier.Parse(frontier.DomainKafka, s)
+			if err != nil {
+				return usagef("write Kafka offsets as partition:offset,..., e.g. 0:15,1:7", "bad --%s %q: %v", f.name, s, err)
+			}
+			*f.dst = v
+		}
+	}
+	keyF, err := kafkafmt.ParseFormat(c.String("key-format"))
+	if err != nil {
+		return usagef("use --key-format bytes, text or json", "bad --key-format %q", c.String("key-format"))
+	}
+	valF, err := kafkafmt.ParseFormat(c.String("value-format"))
+	if err != nil {
+		return usagef("use --value-format bytes, text or json", "bad --value-format %q", c.String("value-format"))
+	}
+	source := c.String("source-id")
+	if source == "" {
+		source = ingest.KafkaSourceID("", topic)
+	}
+	dec, err := kafkafmt.NewDecoder(kafkafmt.Config{Envelope: c.String("envelope"), Key: keyF, Value: valF, Collection: topic, Source: source})
+	if err != nil {
+		return usagef("use --envelope none or --envelope upsert", "bad --envelope %q", c.String("envelope"))
+	}
+	defer dec.Release()
+	kcfg := replicate.KafkaConfig{
+		Brokers: cfg.brokers, MaxRecordBytes: c.Int("max-record-bytes"),
+		Topics: []replicate.KafkaTopic{{Name: topic, Start: start, Decoder: dec}},
+	}
+	return runReplicateKafka(c.Context, c.App.Writer, kcfg, source, stop, c.IsSet("stop-at"))
+}
+
+// runReplicateKafka streams one topic to w until its progress covers stop
+// (when stopSet), an error or ctx ends. The pipe written so far
+// ends at a stream boundary.
+func runReplicateKafka(ctx context.Context, w io.Writer, cfg replicate.KafkaConfig, source string, stop frontier.Frontier, stopSet bool) error {
+	pw := pipe.NewWriter(w, nil)
+	sink := &stopSink{Sink: &pipe.PipeSink{W: pw, Source: source, Domain: frontier.DomainKafka}, stop: stop, set: stopSet}
+	err := replicate.StreamKafka(ctx, cfg, sink)
+	if errors.Is(err, errStopReached) {
+		err = nil
+	}
+	if ferr := pw.Flush(); ferr != nil && err == nil {
+		err = fmt.Errorf("replicate: %w", ferr)
+	}
+	return err
+}
+
+// stopSink ends the stream once progress covers stop.
+type stopSink struct {
+	pipe.Sink
+	stop frontier.Frontier
+	set  bool
+}
+
+func (s *stopSink) Progress(topic string, upper frontier.Frontier) error {
+	if err := s.Sink.Progress(topic, upper); err != nil {
+		return err
+	}
+	if s.set && upper.Covers(s.stop) {
+		return errStopReached
+	}
+	return nil
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
+	"github.com/rtrctl/rtrctl/pkg/ingest"
+	"github.com/rtrctl/rtrctl/pkg/store"
+)
+
+// sourceKind is how the command line knows one kind of upstream. Each kind
+// registers itself once, in its own file (source_pg.go, source_mysql.go,
+// source_kafka.go); every command that talks to an upstream asks the
+// registry for the kind named by --source instead of switching on it.
+// A stage a kind does not have is nil.
+type sourceKind struct {
+	// name is the --source value; aliases are accepted too.
+	name    string
+	aliases []string
+	// flags are the kind's own flags, per command (frontier, snapshot,
+	// replicate, ingest, wait-recent); flags shared by several kinds are
+	// in sourceFlags or the command.
+	flags map[string][]cli.Flag
+	// upstream parses the upstream from the flags (with environment
+	// defaults): the typed configuration every stage of the kind uses.
+	upstream func(c *cli.Context) (upstream, error)
+	// snapshot and replicate run those commands.
+	snapshot  func(c *cli.Context, u upstream) error
+	replicate func(c *cli.Context, u upstream) error
+	// ingest makes the kind's ingest.Source from the flags.
+	ingest func(c *cli.Context, u upstream) (ingest.Source, error)
+	// recorded makes a prober of the upstream an ingest recorded in the
+	// store (its masked DSN with password put back), for wait-recent and
+	// status without a running ingest.
+	recorded func(info store.SourceInfo, password string) (probe.Prober, error)
+}
+
+// upstream is a kind's parsed upstream, which its stages take as it is
+// (each kind asserts its own type); every upstream can be probed.
+type upstream interface {
+	// Prober reads the upstream frontier.
+	Prober() (probe.Prober, error)
+}
+
+var sourceKinds []*sourceKind
+
+// registerSource adds k to the registry (from the kind file's init).
+func registerSource(k *sourceKind) { sourceKinds = append(sourceKinds, k) }
+
+// sourceNames lists the kinds, for usage messages.
+func sourceNames() string {
+	var names []string
+	for _, k := range sourceKinds {
+		names = append(names, "--source "+k.name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// kindNamed returns the registered kind name (or an alias of it) names.
+func kindNamed(name string) *sourceKind {
+	for _, k := range sourceKinds {
+		if k.name == name || slices.Contains(k.aliases, name) {
+			return k
+		}
+	}
+	return nil
+}
+
+// lookupSource returns the kind of --source, with its parsed upstream.
+func lookupSource(c *cli.Context) (*sourceKind, upstream, error) {
+	name := c.String("source")
+	if name == "" {
+		return nil, nil, usagef("use "+sourceNames(), "no --source given")
+	}
+	k := kindNamed(name)
+	if k == nil {
+		return nil, nil, usagef("use "+sourceNames(), "unknown source %q", name)
+	}
+	u, err := k.upstream(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return k, u, nil
+}
+
+// stageUnsupported is the error for a kind without a command's stage.
+func stageUnsupported(cmd string) error {
+	var have []string
+	for _, k := range sourceKinds {
+		if cmd == "snapshot" && k.snapshot != nil || cmd == "replicate" && k.replicate != nil || cmd == "ingest" && k.ingest != nil {
+			have = append(have, "--source "+k.name)
+		}
+	}
+	return usagef("use "+strings.Join(have, " or "), "%s does not support this --source", cmd)
+}
+
+// sourceFlags are the flags that name an upstream, shared by every command
+// that talks to one, then every kind's own flags for cmd.
+func sourceFlags(cmd string) []cli.Flag {
+	flags := []cli.Flag{
+		&cli.StringFlag{Name: "source", Usage: "source kind: " + strings.ReplaceAll(sourceNames(), "--source ", "") + " (required)"},
+		&cli.StringFlag{Name: "dsn", Usage: "connection string for pg (URL or key=value; default: $RTR_PG_DSN, else the PG* environment) or mysql (user:pass@tcp(host:port)/db or mysql://...; default: $RTR_MYSQL_DSN)"},
+		&cli.StringFlag{Name: "brokers", Usage: "kafka bootstrap brokers, host:port[,host:port] (default: $RTR_KAFKA_BROKERS)"},
+	}
+	seen := map[string]bool{}
+	for _, f := range flags {
+		seen[f.Names()[0]] = true
+	}
+	for _, k := range sourceKinds {
+		for _, f := range k.flags[cmd] {
+			if n := f.Names()[0]; !seen[n] {
+				seen[n] = true
+				flags = append(flags, f)
+			}
+		}
+	}
+	return flags
+}
+
+// envDefault is the flag's value, or else the environment variable's.
+func envDefault(c *cli.Context, flag, env string) string {
+	if v := c.String(flag); v != "" {
+		return v
+	}
+	return os.Getenv(env)
+}
+
+// recordedProber is the wait-recent and status path's prober for an
+// upstream an ingest recorded: the kind that recorded it knows how.
+func recordedProber(info store.SourceInfo, password string) (probe.Prober, error) {
+	k := kindNamed(info.Kind)
+	if k == nil || k.recorded == nil {
+		return nil, fmt.Errorf("probe %s: the store records source kind %q, which this rtrctl cannot probe: %w", info.Source, info.Kind, store.ErrInvalid)
+	}
+	return k.recorded(info, password)
+}
+
+// recordedVia is a sourceKind.recorded for kinds that record a URL DSN:
+// newProber of the recorded DSN with the password put back.
+func recordedVia[P probe.Prober](newProber func(dsn string) (P, error)) func(store.SourceInfo, string) (probe.Prober, error) {
+	return func(info store.SourceInfo, password string) (probe.Prober, error) {
+		d, err := recordedDSN(info, password)
+		if err != nil {
+			return nil, err
+		}
+		return newProber(d)
+	}
+}
+
+// recordedDSN is the URL DSN an ingest recorded (masked), with password
+// put back (empty: none, so the driver's defaults apply, e.g. PGPASSWORD
+// or ~/.pgpass for PostgreSQL).
+func recordedDSN(info store.SourceInfo, password string) (string, error) {
+	u, err := url.Parse(info.Upstream["dsn"])
+	if err != nil || u.Scheme == "" {
+		return "", fmt.Errorf("probe %s: the recorded upstream DSN is not a URL: %w", info.Source, store.ErrInvalid)
+	}
+	if u.User != nil {
+		if password != "" {
+			u.User = url.UserPassword(u.User.Username(), password)
+		} else {
+			u.User = url.User(u.User.Username())
+		}
+	}
+	return u.String(), nil
+}

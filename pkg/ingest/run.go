@@ -1,0 +1,486 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/apache/arrow/go/v17/arrow"
+
+	"github.com/rtrctl/rtrctl/internal/hint"
+	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/pipe"
+	"github.com/rtrctl/rtrctl/pkg/recency"
+	"github.com/rtrctl/rtrctl/pkg/reclock"
+	"github.com/rtrctl/rtrctl/pkg/store"
+)
+
+// Options configure Run: everything that does not depend on the source.
+type Options struct {
+	// Interval is the least time between bindings (reclock.DefaultInterval).
+	Interval time.Duration
+	// CompactEvery runs store compaction this often (0: 1 minute; negative:
+	// never).
+	CompactEvery time.Duration
+	// Metrics, when set, is updated as the ingest runs (every timeline
+	// under its own source label).
+	Metrics *Metrics
+	// RecencyAddr, when set, also serves wait-recent over HTTP on this
+	// loopback address (besides the unix socket in the store). It serves
+	// one timeline: a run with several fails at the start.
+	RecencyAddr string
+	// RetryFor bounds how long transient upstream failures (a restart, a
+	// failover, a lost connection) are retried: 0 means for ever, a
+	// negative value not at all.
+	RetryFor time.Duration
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+
+	// AfterCommit is a test hook called after each collection commit.
+	AfterCommit func(collection string, upper uint64)
+}
+
+// Run ingests src into st until ctx ends (then it returns nil after
+// committing what is complete) or a definite error stops it. Transient
+// failures of the upstream restart the attempt from the store, for as long
+// as opts.RetryFor allows: every attempt resumes from what is durable, so
+// a retry neither loses nor duplicates anything.
+func Run(ctx context.Context, src Source, st *store.Store, opts Options) error {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.CompactEvery == 0 {
+		opts.CompactEvery = time.Minute
+	}
+	return retryTransient(ctx, opts, func(ctx context.Context) error {
+		return runOnce(ctx, src, st, opts)
+	})
+}
+
+// timeline is the driver's state of one Timeline.
+type timeline struct {
+	Timeline
+	lock   *store.Lock
+	w      *storeWriter
+	srv    *recency.Server
+	shards map[string]*store.Shard
+	// ackColls are the collections acknowledgement waits for.
+	ackColls []string
+
+	mu      sync.Mutex // guards rc and errored
+	rc      *reclock.Reclocker
+	errored map[string]bool
+}
+
+// driver is one attempt of Run; it is the pipe.Sink of every stage.
+type driver struct {
+	src    Source
+	ctx    context.Context // of the stage that is running
+	st     *store.Store
+	opts   Options
+	log    *slog.Logger
+	tls    []*timeline
+	byColl map[string]*timeline
+}
+
+func runOnce(ctx context.Context, src Source, st *store.Store, opts Options) (err error) {
+	tls, err := src.Open(ctx, st)
+	if err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	defer src.Close()
+	if len(tls) == 0 {
+		return errors.New("ingest: the source has nothing to ingest")
+	}
+	if opts.RecencyAddr != "" && len(tls) > 1 {
+		for _, tl := range tls {
+			closeProber(tl)
+		}
+		return hint.Wrap(fmt.Errorf("ingest: --recency-addr serves one source, this run has %d", len(tls)),
+			"ingest one topic per process to serve wait-recent over HTTP, or use the store's socket")
+	}
+	d := &driver{src: src, ctx: ctx, st: st, opts: opts, log: opts.Logger, byColl: map[string]*timeline{}}
+	defer d.close()
+	for i, tl := range tls {
+		if err := d.start(ctx, tl); err != nil {
+			for _, rest := range tls[i+1:] {
+				closeProber(rest)
+			}
+			return err
+		}
+	}
+
+	// 1. Snapshots of the collections whose time-0 contents are not
+	// durable, at the frontier time 0 stands for.
+	if sn, ok := src.(Snapshotter); ok {
+		for _, t := range d.tls {
+			if err := d.snapshot(ctx, sn, t); err != nil {
+				return err
+			}
+		}
+	}
+
+	// 2. Where each timeline resumes: the frontier below which every
+	// collection is durable.
+	start := map[string]frontier.Frontier{}
+	for _, t := range d.tls {
+		durable, err := t.w.Durable(ctx)
+		if err != nil {
+			return err
+		}
+		t.w.setDurable(durable)
+		f := durableFrontier(t.rc.Bindings(), durable, t.Domain)
+		start[t.ID] = f
+		if r, ok := src.(Resumer); ok {
+			err := r.Resume(ctx, Resume{Timeline: t.ID, Shards: t.shards, Durable: durable, Start: f, Bindings: t.rc.Bindings(), Errored: maps(t.errored)})
+			if err != nil {
+				return fmt.Errorf("ingest %s: %w", t.ID, err)
+			}
+		}
+		d.log.Info("resume", "source", t.ID, "from", f.String(), "durable_upper", durable)
+	}
+
+	// 3. The change stream, with binding ticks and compaction beside it.
+	streamCtx, stopStream := context.WithCancel(ctx)
+	defer stopStream()
+	d.ctx = streamCtx
+	bg := startBackground(streamCtx, stopStream, opts.Interval, opts.CompactEvery, func(ctx context.Context) error {
+		for _, t := range d.tls {
+			if err := tickIngest(ctx, &t.mu, t.rc, t.w); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, st, d.log)
+	err = src.Stream(streamCtx, start, d, d.ack)
+	stopStream()
+	if terr := bg.wait(); terr != nil {
+		return terr
+	}
+	if ctx.Err() != nil {
+		// Interrupted: bind and commit what the source completed.
+		for _, t := range d.tls {
+			if err := finishIngest(&t.mu, t.rc, t.w); err != nil {
+				return err
+			}
+			d.log.Info("stopped", "source", t.ID, "durable_upper", t.w.DurableUpper())
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	return nil
+}
+
+func maps(m map[string]bool) map[string]bool {
+	out := make(map[string]bool, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func closeProber(tl Timeline) {
+	if tl.Prober != nil {
+		tl.Prober.Close()
+	}
+}
+
+// start locks a timeline's source, checks and creates its collections,
+// records its info and starts its writer, reclocker, recency server and
+// metrics.
+func (d *driver) start(ctx context.Context, tl Timeline) error {
+	st := d.st
+	lock, err := st.LockSource(tl.ID)
+	if err != nil {
+		closeProber(tl)
+		if errors.Is(err, store.ErrLocked) {
+			return hint.Wrap(fmt.Errorf("ingest %s: another rtrctl ingest is writing this source to %s: %w", tl.ID, st.Dir(), err),
+				"stop it first, or ingest into another store or --source-id")
+		}
+		return fmt.Errorf("ingest %s: %w", tl.ID, err)
+	}
+	t := &timeline{Timeline: tl, lock: lock, shards: map[string]*store.Shard{}, errored: map[string]bool{}}
+	d.tls = append(d.tls, t)
+	var names []string
+	for _, c := range tl.Collections {
+		if other := d.byColl[c.Name]; other != nil {
+			return hint.Wrap(fmt.Errorf("ingest %s: collection %s is named twice", tl.ID, c.Name), "name each table or topic once")
+		}
+		d.byColl[c.Name] = t
+		names = append(names, c.Name)
+		sh, err := d.collection(ctx, tl, c)
+		if err != nil {
+			return err
+		}
+		t.shards[c.Name] = sh
+		info, err := sh.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("ingest %s: %w", tl.ID, err)
+		}
+		if len(info.Errors) > 0 {
+			t.errored[c.Name] = true
+			d.log.Warn("collection has a definite error; it gets no more data", "source", tl.ID, "collection", c.Name, "error", info.Errors[0].Message)
+		}
+	}
+
+	// Acknowledgement waits for every collection of the source the store
+	// holds, also those this run does not ingest (a --tables subset).
+	t.ackColls = append([]string{}, names...)
+	prev, err := st.ReadSourceInfo(tl.ID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("ingest %s: %w", tl.ID, err)
+	}
+	for _, c := range append(prev.Collections, tl.AckAlso...) {
+		if slices.Contains(t.ackColls, c) {
+			continue
+		}
+		if sh, err := st.Shard(ctx, c); err == nil && shardSource(sh) == tl.ID {
+			t.ackColls = append(t.ackColls, c)
+			d.log.Warn("this run does not ingest a collection of the source; the upstream position is acknowledged no further than it", "source", tl.ID, "collection", c)
+		}
+	}
+	info := store.SourceInfo{
+		Source: tl.ID, Kind: tl.Kind, Upstream: tl.Upstream, Collections: t.ackColls,
+		PID: os.Getpid(), Started: time.Now().UTC().Format(time.RFC3339),
+		Socket: recency.SocketPath(st.Dir(), tl.ID),
+	}
+	if err := st.WriteSourceInfo(info); err != nil {
+		return fmt.Errorf("ingest %s: %w", tl.ID, err)
+	}
+
+	t.w = newStoreWriter(st, tl.ID, names)
+	t.w.afterCommit = d.opts.AfterCommit
+	var sm *sourceMetrics
+	if d.opts.Metrics != nil {
+		sm = d.opts.Metrics.source(tl.ID)
+		t.w.onCommit = sm.committed
+	}
+	rc, err := reclock.New(ctx, st, tl.ID, tl.Domain, t.w, reclock.Options{Interval: d.opts.Interval})
+	if err != nil {
+		return err
+	}
+	t.rc = rc
+
+	// Real-time recency: serve wait-recent on the store's socket
+	// (pkg/recency, docs/real-time-recency.md).
+	if tl.Prober != nil {
+		nudge := func() {}
+		if n, ok := d.src.(Nudger); ok {
+			nudge = func() { n.Nudge(tl.ID) }
+		}
+		t.srv = serveRecency(ctx, st, tl.ID, info.Socket, tl.Prober, &t.mu, rc, t.w, nudge, d.log)
+		if t.srv != nil && d.opts.RecencyAddr != "" {
+			addr, err := t.srv.ListenHTTP(d.opts.RecencyAddr, false)
+			if err != nil {
+				return fmt.Errorf("ingest %s: %w", tl.ID, err)
+			}
+			info.HTTP = addr
+			if err := st.WriteSourceInfo(info); err != nil {
+				return fmt.Errorf("ingest %s: %w", tl.ID, err)
+			}
+			d.log.Info("recency endpoint", "source", tl.ID, "http", "http://"+addr+recency.HTTPPath)
+		}
+		if sm != nil {
+			go sm.probeLag(ctx, tl.Prober, 2*time.Second)
+		}
+	}
+	return nil
+}
+
+// collection checks that c may be written by tl and returns its shard,
+// created with its schema when it does not exist yet (so that an empty
+// collection still has an upper that follows the source).
+func (d *driver) collection(ctx context.Context, tl Timeline, c Collection) (*store.Shard, error) {
+	sh, err := d.st.Shard(ctx, c.Name)
+	if errors.Is(err, store.ErrNotFound) {
+		h := pipe.Header{Kind: pipe.KindData, Collection: c.Name, Source: tl.ID, Domain: frontier.DomainSystem}
+		md := mergeMetadata(h.Metadata(), c.Schema.Metadata())
+		sh, err = d.st.CreateShard(ctx, c.Name, arrow.NewSchema(c.Schema.Fields(), &md))
+		if err != nil {
+			return nil, fmt.Errorf("ingest %s: %w", tl.ID, err)
+		}
+		return sh, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ingest %s: %w", tl.ID, err)
+	}
+	if owner := shardSource(sh); owner != tl.ID {
+		return nil, hint.Wrap(fmt.Errorf("ingest %s: collection %s in %s belongs to source %q: %w", tl.ID, c.Name, d.st.Dir(), owner, ErrOwned),
+			fmt.Sprintf("a collection has one source; ingest it into another store, or pass --source-id %s to resume that source", owner))
+	}
+	if c.Check != nil {
+		if err := c.Check(sh.Schema()); err != nil {
+			return nil, fmt.Errorf("ingest %s: collection %s: %w", tl.ID, c.Name, err)
+		}
+	}
+	return sh, nil
+}
+
+// ErrOwned: a collection named by a source belongs to another source of
+// the store.
+var ErrOwned = errors.New("the collection belongs to another source")
+
+// shardSource is the source id a shard records (rtr.source).
+func shardSource(sh *store.Shard) string {
+	src, _ := sh.Schema().Metadata().GetValue(pipe.KeySource)
+	return src
+}
+
+// mergeMetadata is base with the keys of extra that base does not have
+// (such as rtr.key, or a source's own keys).
+func mergeMetadata(base, extra arrow.Metadata) arrow.Metadata {
+	keys, vals := base.Keys(), base.Values()
+	for i, k := range extra.Keys() {
+		if base.FindKey(k) < 0 {
+			keys, vals = append(keys, k), append(vals, extra.Values()[i])
+		}
+	}
+	return arrow.NewMetadata(keys, vals)
+}
+
+// snapshot produces the snapshots of t's collections whose time-0 contents
+// are not durable, binds and commits them.
+func (d *driver) snapshot(ctx context.Context, sn Snapshotter, t *timeline) error {
+	var names []string
+	for _, c := range t.Collections {
+		names = append(names, c.Name)
+	}
+	need, err := needSnapshot(ctx, d.st, t.rc.Bindings(), names)
+	if err != nil {
+		return err
+	}
+	if len(need) > 0 {
+		start := frontier.Empty(t.Domain)
+		if bs := t.rc.Bindings(); len(bs) > 0 {
+			start = bs[0].Frontier
+		}
+		d.log.Info("snapshot", "source", t.ID, "tables", need, "start", start.String())
+		began := time.Now()
+		if err := sn.Snapshot(ctx, t.ID, need, start, d); err != nil {
+			return fmt.Errorf("ingest %s: %w", t.ID, err)
+		}
+		if err := bindSnapshot(ctx, &t.mu, t.rc, t.w); err != nil {
+			return err
+		}
+		d.log.Info("snapshot done", "source", t.ID, "collections", len(need), "took", time.Since(began).Round(time.Millisecond).String())
+	}
+	if len(t.rc.Bindings()) == 0 {
+		return fmt.Errorf("ingest %s: no binding after the snapshot", t.ID)
+	}
+	return nil
+}
+
+// ack implements Ack: the frontier of the last binding below which every
+// collection the timeline's upstream position serves is durable.
+func (d *driver) ack(ctx context.Context, id string) (frontier.Frontier, error) {
+	for _, t := range d.tls {
+		if t.ID != id {
+			continue
+		}
+		u, err := durableUpper(ctx, d.st, t.ackColls)
+		if err != nil {
+			return frontier.Frontier{}, err
+		}
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return durableFrontier(t.rc.Bindings(), u, t.Domain), nil
+	}
+	return frontier.Frontier{}, fmt.Errorf("ingest: acknowledge unknown source %q", id)
+}
+
+// close releases every timeline, last started first.
+func (d *driver) close() {
+	for i := len(d.tls) - 1; i >= 0; i-- {
+		t := d.tls[i]
+		if t.rc != nil {
+			t.rc.Close()
+		}
+		if t.srv != nil {
+			t.srv.Close()
+		} else {
+			closeProber(t.Timeline)
+		}
+		if t.w != nil {
+			t.w.Close()
+		}
+		t.lock.Unlock()
+	}
+}
+
+func (d *driver) timeline(collection string) (*timeline, error) {
+	t := d.byColl[collection]
+	if t == nil {
+		return nil, fmt.Errorf("ingest: data of unknown collection %q", collection)
+	}
+	return t, nil
+}
+
+// Data implements pipe.Sink.
+func (d *driver) Data(collection string, rec arrow.Record) error {
+	t, err := d.timeline(collection)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.errored[collection] {
+		return nil
+	}
+	return t.rc.Data(d.ctx, collection, rec)
+}
+
+// Progress implements pipe.Sink: collection "" is every timeline of the
+// frontier's domain.
+func (d *driver) Progress(collection string, upper frontier.Frontier) error {
+	if collection != "" {
+		t, err := d.timeline(collection)
+		if err != nil {
+			return err
+		}
+		return d.progress(t, upper)
+	}
+	for _, t := range d.tls {
+		if t.Domain == upper.Domain() {
+			if err := d.progress(t, upper); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (d *driver) progress(t *timeline, upper frontier.Frontier) error {
+	if d.opts.Metrics != nil {
+		d.opts.Metrics.source(t.ID).sourceProgress(upper)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.rc.SourceProgress(d.ctx, upper)
+}
+
+// Error implements pipe.Sink: the collection's definite error, recorded at
+// its time; the collection gets no more data.
+func (d *driver) Error(collection string, at frontier.Time, msg string) error {
+	t, err := d.timeline(collection)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.errored[collection] {
+		return nil
+	}
+	t.errored[collection] = true
+	if d.opts.Metrics != nil {
+		d.opts.Metrics.source(t.ID).Error("definite")
+	}
+	return t.rc.Error(d.ctx, collection, at, strings.TrimSpace(msg))
+}

@@ -1,0 +1,120 @@
+package ingest
+
+import (
+	"context"
+
+	"github.com/apache/arrow/go/v17/arrow"
+
+	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
+	"github.com/rtrctl/rtrctl/pkg/pipe"
+	"github.com/rtrctl/rtrctl/pkg/store"
+)
+
+// Source is an upstream as the ingest driver (Run) needs it. PostgreSQL
+// (PG), MySQL/MariaDB (MySQL) and Kafka (Kafka) implement it; a source
+// with a definite snapshot, state of its own or a way to hurry its
+// progress also implements Snapshotter, Resumer or Nudger. Everything
+// else (locks, ownership, reclocking, commits, acknowledgement, recency,
+// metrics, compaction, retries, shutdown) is the driver's, written once.
+//
+// The driver calls Open once per attempt, then at most Snapshot and
+// Resume, then Stream, then Close; all from one goroutine except Nudge.
+type Source interface {
+	// Open connects to the upstream and says what this run ingests: one
+	// or more timelines. It may read what earlier runs recorded in st (a
+	// slot name); it writes nothing.
+	Open(ctx context.Context, st *store.Store) ([]Timeline, error)
+	// Stream reads the change stream of every timeline from its start
+	// (an upper: nothing below it is sent again) and hands it to sink in
+	// source time: Data and Error by collection, Progress by collection
+	// or, for a timeline whose collections all progress together, with
+	// collection "". It returns when ctx ends or at a definite error.
+	// Anything that lets the upstream forget data (a slot's confirmed
+	// position, a consumer group's offsets) moves only up to what ack
+	// reports durable.
+	Stream(ctx context.Context, start map[string]frontier.Frontier, sink pipe.Sink, ack Ack) error
+	// Close releases what Open acquired.
+	Close() error
+}
+
+// Ack reports, for the timeline with id, the source frontier below which
+// every collection the upstream position serves is durable in the store.
+type Ack func(ctx context.Context, timeline string) (frontier.Frontier, error)
+
+// Timeline is one source clock in the store: a source id with its own
+// bindings, lock and recency, and the collections whose updates it
+// times. PostgreSQL and MySQL have one per run; Kafka one per topic.
+type Timeline struct {
+	// ID is the source id in the store.
+	ID string
+	// Kind is the source kind recorded in the store (pg, mysql, mariadb,
+	// kafka).
+	Kind string
+	// Domain is the time domain of the source's positions.
+	Domain frontier.Domain
+	// Collections are the collections this run ingests.
+	Collections []Collection
+	// Upstream describes the upstream for the store's source info, without
+	// secrets (a masked DSN, the publication and slot, the brokers...).
+	Upstream map[string]string
+	// Prober reads the upstream frontier for recency and lag metrics; nil
+	// when there is none. The driver closes it.
+	Prober probe.Prober
+	// AckAlso names collections of this source that this run does not
+	// ingest but whose upstream position it shares (a PostgreSQL slot
+	// that also serves them): acknowledgement never passes them.
+	AckAlso []string
+}
+
+// Collection is one collection a timeline writes.
+type Collection struct {
+	// Name is the collection's name in the store.
+	Name string
+	// Schema is the collection's columns (without _time and _diff) and
+	// the metadata its shard records.
+	Schema *arrow.Schema
+	// Check, when set, is called with an existing shard's schema; an error
+	// refuses the run (e.g. a Kafka topic ingested with other formats).
+	Check func(existing *arrow.Schema) error
+}
+
+// Snapshotter is a Source whose collections begin with a definite snapshot
+// at source time 0.
+type Snapshotter interface {
+	// Snapshot hands sink a definite snapshot of collections of timeline
+	// at time 0 (diff +1, then any rewound changes), then Progress for each
+	// collection. start is the frontier of the timeline's first binding,
+	// which time 0 stands for; empty when there is none yet (then the
+	// source picks it, and reports it as the progress of the snapshot).
+	Snapshot(ctx context.Context, timeline string, collections []string, start frontier.Frontier, sink pipe.Sink) error
+}
+
+// Resumer is a Source with state of its own that is rebuilt from the store
+// before Stream (Kafka's upsert state).
+type Resumer interface {
+	Resume(ctx context.Context, r Resume) error
+}
+
+// Resume is what the store says about a timeline when its stream resumes.
+type Resume struct {
+	Timeline string
+	// Shards are the timeline's collections.
+	Shards map[string]*store.Shard
+	// Durable is the system upper below which every collection is
+	// durable; Start is the source frontier that stands for it.
+	Durable uint64
+	Start   frontier.Frontier
+	// Bindings are the timeline's durable bindings.
+	Bindings []frontier.Binding
+	// Errored are the collections with a definite error: they get no more
+	// data whatever the source sends.
+	Errored map[string]bool
+}
+
+// Nudger is a Source that can be asked to report its progress at once
+// (a PostgreSQL standby status update with reply requested); recency
+// waiters use it. Nudge must not block.
+type Nudger interface {
+	Nudge(timeline string)
+}
