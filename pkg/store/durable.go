@@ -51,3 +51,24 @@ func (s *Store) DurableFrontier(ctx context.Context, source string) (frontier.Fr
 	}
 	return bs[k-1].Frontier, nil
 }
+
+// LeastUpper returns the least upper over collections, refreshing each
+// shard from the store: every update of every one of them at a time below
+// it is durable. It is 0 when one of them has no shard yet, or collections
+// is empty.
+func (s *Store) LeastUpper(ctx context.Context, collections []string) (uint64, error) {
+	var least uint64
+	for i, c := range collections {
+		sh, err := s.Shard(ctx, c) // re-reads the manifest when it moved
+		if errors.Is(err, ErrNotFound) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("least upper: %w", err)
+		}
+		if u := sh.Upper(); i == 0 || u < least {
+			least = u
+		}
+	}
+	return least, nil
+}
