@@ -32,18 +32,9 @@ func (s *Store) DurableFrontier(ctx context.Context, source string) (frontier.Fr
 	if len(colls) == 0 {
 		return frontier.Empty(domain), nil
 	}
-	var least uint64
-	for i, c := range colls {
-		sh, err := s.Shard(ctx, c)
-		if err != nil {
-			return frontier.Frontier{}, fmt.Errorf("durable frontier of %s: %w", source, err)
-		}
-		if err := sh.Refresh(ctx); err != nil {
-			return frontier.Frontier{}, fmt.Errorf("durable frontier of %s: %w", source, err)
-		}
-		if u := sh.Upper(); i == 0 || u < least {
-			least = u
-		}
+	least, err := s.LeastUpper(ctx, colls)
+	if err != nil {
+		return frontier.Frontier{}, fmt.Errorf("durable frontier of %s: %w", source, err)
 	}
 	k := sort.Search(len(bs), func(i int) bool { return bs[i].Time >= least })
 	if k == 0 {
