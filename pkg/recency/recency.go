@@ -319,20 +319,7 @@ func durableUpper(ctx context.Context, st *store.Store, collections []string) (u
 	if len(collections) == 0 {
 		return math.MaxUint64, nil
 	}
-	var least uint64
-	for i, c := range collections {
-		sh, err := st.Shard(ctx, c)
-		if err != nil {
-			return 0, err
-		}
-		if err := sh.Refresh(ctx); err != nil {
-			return 0, err
-		}
-		if u := sh.Upper(); i == 0 || u < least {
-			least = u
-		}
-	}
-	return least, nil
+	return st.LeastUpper(ctx, collections)
 }
 
 func ageOf(now time.Time, ms uint64) time.Duration {

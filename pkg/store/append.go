@@ -105,8 +105,36 @@ func (sh *Shard) mismatch(expected, actual uint64, reason string) *UpperMismatch
 	return &UpperMismatchError{Collection: sh.name, Expected: expected, Actual: actual, Reason: reason}
 }
 
-// appendData commits in (nil for none) over [expected, newUpper).
-func (sh *Shard) appendData(ctx context.Context, expected, newUpper uint64, in runs) (AppendResult, error) {
+// casOps is what one kind of append brings to the compare-and-append loop
+// (casAppend): checks, the batch file, the change to the manifest, and the
+// replay of an interval that is durable already.
+type casOps struct {
+	// check runs on every manifest read, before its upper is compared
+	// (nil: nothing to check).
+	check func(m *Manifest) error
+	// ready runs on every manifest whose upper is the expected one, before
+	// the batch is written (nil: nothing to check).
+	ready func(m *Manifest) error
+	// write writes the batch file (synced, renamed, directory synced), at
+	// most once per append: the first time the upper is the expected one.
+	// A nil batch, or a nil write, means no file (progress only). On error
+	// it leaves no file behind.
+	write func() (*BatchMeta, error)
+	// apply records batch (nil when there is none) in next, a copy of the
+	// current manifest with the version and the upper already advanced.
+	apply func(next *Manifest, batch *BatchMeta)
+	// replay handles a first read whose upper is beyond the expected one.
+	replay func(m *Manifest) (AppendResult, error)
+}
+
+// casAppend is the compare-and-append of one commit over [expected,
+// newUpper), shared by data and remap shards (see the commit protocol in
+// docs/format-store.md): while the shard's upper is expected, write the
+// batch once, then create the next manifest version exclusively. A lost
+// race against a writer that did not move the upper (a compaction) is
+// retried on the new version; one that moved it is an *UpperMismatchError.
+// Every failure before the manifest became visible removes the batch file.
+func (sh *Shard) casAppend(ctx context.Context, expected, newUpper uint64, ops casOps) (AppendResult, error) {
 	var batch *BatchMeta
 	removeBatch := func() {
 		if batch != nil {
@@ -114,12 +142,18 @@ func (sh *Shard) appendData(ctx context.Context, expected, newUpper uint64, in r
 			batch = nil
 		}
 	}
-	prepared := false
+	written := false
 	for attempt := 0; ; attempt++ {
 		m, err := sh.refresh(ctx)
 		if err != nil {
 			removeBatch()
 			return AppendResult{}, err
+		}
+		if ops.check != nil {
+			if err := ops.check(m); err != nil {
+				removeBatch()
+				return AppendResult{}, err
+			}
 		}
 		switch {
 		case m.Upper < expected:
@@ -130,31 +164,26 @@ func (sh *Shard) appendData(ctx context.Context, expected, newUpper uint64, in r
 			if attempt > 0 {
 				return AppendResult{}, sh.mismatch(expected, m.Upper, "")
 			}
-			return sh.replayData(ctx, m, expected, newUpper, in)
+			return ops.replay(m)
 		}
-		if !prepared {
-			prepared = true
-			if len(in) > 0 {
-				sorted, err := sh.sortConsolidate(in)
-				if err != nil {
-					return AppendResult{}, fmt.Errorf("append %s: %w", sh.what(), err)
-				}
-				if len(sorted) > 0 {
-					meta, err := sh.writeBatch(ctx, expected, newUpper, sorted...)
-					sorted.release()
-					if err != nil {
-						return AppendResult{}, fmt.Errorf("append %s: %w", sh.what(), err)
-					}
-					batch = &meta
-				}
+		if ops.ready != nil {
+			if err := ops.ready(m); err != nil {
+				removeBatch()
+				return AppendResult{}, err
 			}
+		}
+		if !written && ops.write != nil {
+			written = true
+			b, err := ops.write()
+			if err != nil {
+				return AppendResult{}, err
+			}
+			batch = b
 		}
 		next := m.clone()
 		next.Version = m.Version + 1
 		next.Upper = newUpper
-		if batch != nil {
-			next.Batches = append(next.Batches, *batch)
-		}
+		ops.apply(next, batch)
 		linked, err := sh.commit(ctx, next)
 		if errors.Is(err, errLostRace) {
 			m2, rerr := sh.refresh(ctx)
@@ -179,6 +208,38 @@ func (sh *Shard) appendData(ctx context.Context, expected, newUpper uint64, in r
 		}
 		return r, nil
 	}
+}
+
+// appendData commits in (nil for none) over [expected, newUpper).
+func (sh *Shard) appendData(ctx context.Context, expected, newUpper uint64, in runs) (AppendResult, error) {
+	return sh.casAppend(ctx, expected, newUpper, casOps{
+		write: func() (*BatchMeta, error) {
+			if len(in) == 0 {
+				return nil, nil
+			}
+			sorted, err := sh.sortConsolidate(in)
+			if err != nil {
+				return nil, fmt.Errorf("append %s: %w", sh.what(), err)
+			}
+			if len(sorted) == 0 {
+				return nil, nil
+			}
+			meta, err := sh.writeBatch(ctx, expected, newUpper, sorted...)
+			sorted.release()
+			if err != nil {
+				return nil, fmt.Errorf("append %s: %w", sh.what(), err)
+			}
+			return &meta, nil
+		},
+		apply: func(next *Manifest, batch *BatchMeta) {
+			if batch != nil {
+				next.Batches = append(next.Batches, *batch)
+			}
+		},
+		replay: func(m *Manifest) (AppendResult, error) {
+			return sh.replayData(ctx, m, expected, newUpper, in)
+		},
+	})
 }
 
 // replayData handles an append whose expected upper is below the shard's.
@@ -258,18 +319,11 @@ func (sh *Shard) AppendError(ctx context.Context, expectedUpper, newUpper uint64
 	if msg == "" {
 		return AppendResult{}, fmt.Errorf("append error to %s: the message is empty; say what went wrong: %w", sh.what(), ErrInvalid)
 	}
-	for attempt := 0; ; attempt++ {
-		m, err := sh.refresh(ctx)
-		if err != nil {
-			return AppendResult{}, err
-		}
-		switch {
-		case m.Upper < expectedUpper:
-			return AppendResult{}, sh.mismatch(expectedUpper, m.Upper, "")
-		case m.Upper > expectedUpper:
-			if attempt > 0 {
-				return AppendResult{}, sh.mismatch(expectedUpper, m.Upper, "")
-			}
+	return sh.casAppend(ctx, expectedUpper, newUpper, casOps{
+		apply: func(next *Manifest, _ *BatchMeta) {
+			next.Errors = append(next.Errors, ErrorMeta{Time: expectedUpper, Message: msg})
+		},
+		replay: func(m *Manifest) (AppendResult, error) {
 			verified := false
 			if m.Since <= expectedUpper {
 				found := false
@@ -287,21 +341,6 @@ func (sh *Shard) AppendError(ctx context.Context, expectedUpper, newUpper uint64
 			r, err := sh.appendData(ctx, m.Upper, newUpper, nil)
 			r.Status, r.SkippedTo, r.Verified = PartiallySkipped, m.Upper, verified
 			return r, err
-		}
-		next := m.clone()
-		next.Version = m.Version + 1
-		next.Upper = newUpper
-		next.Errors = append(next.Errors, ErrorMeta{Time: expectedUpper, Message: msg})
-		_, err = sh.commit(ctx, next)
-		if errors.Is(err, errLostRace) {
-			if attempt < maxCommitRetries {
-				continue
-			}
-			return AppendResult{}, sh.mismatch(expectedUpper, sh.Upper(), "")
-		}
-		if err != nil {
-			return AppendResult{}, err
-		}
-		return AppendResult{Status: Appended, Upper: newUpper, Version: next.Version}, nil
-	}
+		},
+	})
 }

@@ -468,3 +468,118 @@ func TestBindings(t *testing.T) {
 		t.Fatalf("sources %v, %v", srcs, err)
 	}
 }
+
+// TestLoseManifestRaceBindings is TestLoseManifestRace for a remap shard
+// and for a definite error: they commit through the same loop.
+func TestLoseManifestRaceBindings(t *testing.T) {
+	kf := func(p uint64) frontier.Frontier {
+		f, err := frontier.New(frontier.DomainKafka, map[string]uint64{"0": p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	base := []frontier.Binding{{Time: 1, Frontier: kf(1)}, {Time: 6, Frontier: kf(2)}}
+	mine := []frontier.Binding{{Time: 12, Frontier: kf(5)}}
+	tests := []struct {
+		name       string
+		competitor func(ctx context.Context, s *Store) error
+		wantErr    bool
+	}{
+		{"append wins", func(ctx context.Context, s *Store) error {
+			_, err := s.AppendBindings(ctx, "src", 10, 20, []frontier.Binding{{Time: 11, Frontier: kf(4)}})
+			return err
+		}, true},
+		{"compaction wins", func(ctx context.Context, s *Store) error {
+			sh, err := s.Remap(ctx, "src")
+			if err != nil {
+				return err
+			}
+			r, err := sh.Compact(ctx)
+			if err == nil && !r.Committed {
+				err = fmt.Errorf("the compaction committed nothing: %+v", r)
+			}
+			return err
+		}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			st := openTest(t, dir, Options{})
+			for i, b := range base {
+				if _, err := st.AppendBindings(ctx, "src", 5*uint64(i), 5*uint64(i)+5, []frontier.Binding{b}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			other := openTest(t, dir, Options{Retain: 3 * time.Millisecond})
+			rfs := &raceFS{}
+			rfs.hook = func() {
+				if err := tc.competitor(ctx, other); err != nil {
+					t.Errorf("competitor: %v", err)
+				}
+			}
+			s := openTest(t, dir, Options{FS: rfs})
+			if _, err := s.Remap(ctx, "src"); err != nil {
+				t.Fatal(err)
+			}
+			res, err := s.AppendBindings(ctx, "src", 10, 20, mine)
+			sh, rerr := s.Remap(ctx, "src")
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			var um *UpperMismatchError
+			if tc.wantErr {
+				if !errors.As(err, &um) || um.Expected != 10 || um.Actual != 20 {
+					t.Fatalf("want mismatch expected 10 actual 20, got %+v, %v", res, err)
+				}
+				// The loser's batch file is gone.
+				info, _ := sh.Info(ctx)
+				if files := batchFiles(t, info.Dir); len(files) != len(info.Batches) {
+					t.Fatalf("%d batch files for %d batches: the loser left its batch", len(files), len(info.Batches))
+				}
+				return
+			}
+			if err != nil || res.Status != Appended || res.Upper != 20 {
+				t.Fatalf("append after losing to a compaction must retry and succeed: %+v, %v", res, err)
+			}
+			got, upper, err := s.Bindings(ctx, "src")
+			if err != nil || upper != 20 || len(got) == 0 || got[len(got)-1].Time != 12 || !got[len(got)-1].Frontier.Equal(kf(5)) {
+				t.Fatalf("bindings %v upper %d, %v; want the last at 12 and upper 20", got, upper, err)
+			}
+			// The next append is checked against the binding committed on
+			// top of the compaction.
+			if _, err := s.AppendBindings(ctx, "src", 20, 30, []frontier.Binding{{Time: 21, Frontier: kf(4)}}); err == nil || !strings.Contains(err.Error(), "does not cover the last durable binding") {
+				t.Fatalf("a shrinking binding after the retried commit: %v", err)
+			}
+		})
+	}
+
+	t.Run("error loses to an append", func(t *testing.T) {
+		ctx := context.Background()
+		dir := t.TempDir()
+		createTest(t, openTest(t, dir, Options{}), "db.t", testFields)
+		osh, err := openTest(t, dir, Options{}).Shard(ctx, "db.t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rfs := &raceFS{}
+		rfs.hook = func() {
+			if _, err := osh.Append(ctx, 0, 20, nil); err != nil {
+				t.Errorf("competitor: %v", err)
+			}
+		}
+		sh, err := openTest(t, dir, Options{FS: rfs}).Shard(ctx, "db.t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = sh.AppendError(ctx, 0, 10, "boom")
+		var um *UpperMismatchError
+		if !errors.As(err, &um) || um.Expected != 0 || um.Actual != 20 {
+			t.Fatalf("want mismatch expected 0 actual 20, got %v", err)
+		}
+		if info, _ := sh.Info(ctx); len(info.Errors) != 0 {
+			t.Fatalf("the losing error was recorded: %+v", info.Errors)
+		}
+	})
+}

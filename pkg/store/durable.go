@@ -32,22 +32,34 @@ func (s *Store) DurableFrontier(ctx context.Context, source string) (frontier.Fr
 	if len(colls) == 0 {
 		return frontier.Empty(domain), nil
 	}
-	var least uint64
-	for i, c := range colls {
-		sh, err := s.Shard(ctx, c)
-		if err != nil {
-			return frontier.Frontier{}, fmt.Errorf("durable frontier of %s: %w", source, err)
-		}
-		if err := sh.Refresh(ctx); err != nil {
-			return frontier.Frontier{}, fmt.Errorf("durable frontier of %s: %w", source, err)
-		}
-		if u := sh.Upper(); i == 0 || u < least {
-			least = u
-		}
+	least, err := s.LeastUpper(ctx, colls)
+	if err != nil {
+		return frontier.Frontier{}, fmt.Errorf("durable frontier of %s: %w", source, err)
 	}
 	k := sort.Search(len(bs), func(i int) bool { return bs[i].Time >= least })
 	if k == 0 {
 		return frontier.Empty(domain), nil
 	}
 	return bs[k-1].Frontier, nil
+}
+
+// LeastUpper returns the least upper over collections, refreshing each
+// shard from the store: every update of every one of them at a time below
+// it is durable. It is 0 when one of them has no shard yet, or collections
+// is empty.
+func (s *Store) LeastUpper(ctx context.Context, collections []string) (uint64, error) {
+	var least uint64
+	for i, c := range collections {
+		sh, err := s.Shard(ctx, c) // re-reads the manifest when it moved
+		if errors.Is(err, ErrNotFound) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("least upper: %w", err)
+		}
+		if u := sh.Upper(); i == 0 || u < least {
+			least = u
+		}
+	}
+	return least, nil
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/apache/arrow/go/v17/arrow"
@@ -71,4 +72,66 @@ func TestDurableFrontier(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestLeastUpper(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st := openTest(t, dir, Options{})
+	// Appends go through another handle on the directory, so LeastUpper
+	// must re-read each manifest to see them.
+	writer := openTest(t, dir, Options{})
+	for name, upper := range map[string]uint64{"a": 30, "b": 10, "c": 20, "zero": 0} {
+		sh := createTest(t, writer, name, testFields)
+		if upper > 0 {
+			if _, err := sh.Append(ctx, 0, upper, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name        string
+		collections []string
+		want        uint64
+	}{
+		{"empty list", nil, 0},
+		{"one", []string{"a"}, 30},
+		{"different uppers", []string{"a", "b", "c"}, 10},
+		{"the least is last", []string{"a", "c", "b"}, 10},
+		{"the least is first", []string{"b", "a"}, 10},
+		{"a created shard with nothing durable", []string{"a", "zero"}, 0},
+		{"a missing shard", []string{"a", "missing"}, 0},
+		{"a missing shard first", []string{"missing", "a"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := st.LeastUpper(ctx, tc.collections)
+			if err != nil || got != tc.want {
+				t.Fatalf("LeastUpper(%q) = %d, %v; want %d", tc.collections, got, err, tc.want)
+			}
+		})
+	}
+
+	t.Run("sees appends of another handle", func(t *testing.T) {
+		if got, err := st.LeastUpper(ctx, []string{"a", "b"}); err != nil || got != 10 {
+			t.Fatalf("before: %d, %v", got, err)
+		}
+		b, err := writer.Shard(ctx, "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Append(ctx, 10, 40, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := st.LeastUpper(ctx, []string{"a", "b"}); err != nil || got != 30 {
+			t.Fatalf("after b moved to 40: %d, %v; want 30", got, err)
+		}
+	})
+
+	t.Run("a cancelled context is an error", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		if _, err := st.LeastUpper(cctx, []string{"a"}); !errors.Is(err, context.Canceled) {
+			t.Fatalf("got %v, want context.Canceled", err)
+		}
+	})
 }

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -75,81 +74,46 @@ func (s *Store) AppendBindings(ctx context.Context, source string, expectedUpper
 	return sh.appendBindings(ctx, expectedUpper, newUpper, bs)
 }
 
+// appendBindings commits bs over [expected, newUpper).
 func (sh *Shard) appendBindings(ctx context.Context, expected, newUpper uint64, bs []frontier.Binding) (AppendResult, error) {
-	var batch *BatchMeta
-	removeBatch := func() {
-		if batch != nil {
-			sh.st.fs.Remove(filepath.Join(sh.dir, batch.File))
-			batch = nil
-		}
-	}
-	for attempt := 0; ; attempt++ {
-		m, err := sh.refresh(ctx)
-		if err != nil {
-			removeBatch()
-			return AppendResult{}, err
-		}
-		if len(bs) > 0 && m.Domain != "" && bs[0].Frontier.Domain() != m.Domain {
-			removeBatch()
-			return AppendResult{}, fmt.Errorf("append bindings of %s: frontiers are of domain %s but the source's bindings are of domain %s: %w", sh.what(), bs[0].Frontier.Domain(), m.Domain, ErrInvalid)
-		}
-		switch {
-		case m.Upper < expected:
-			removeBatch()
-			return AppendResult{}, sh.mismatch(expected, m.Upper, "")
-		case m.Upper > expected:
-			removeBatch()
-			if attempt > 0 {
-				return AppendResult{}, sh.mismatch(expected, m.Upper, "")
+	return sh.casAppend(ctx, expected, newUpper, casOps{
+		check: func(m *Manifest) error {
+			if len(bs) > 0 && m.Domain != "" && bs[0].Frontier.Domain() != m.Domain {
+				return fmt.Errorf("append bindings of %s: frontiers are of domain %s but the source's bindings are of domain %s: %w", sh.what(), bs[0].Frontier.Domain(), m.Domain, ErrInvalid)
 			}
-			return sh.replayBindings(ctx, m, expected, newUpper, bs)
-		}
-		if len(bs) > 0 && m.LastBinding != nil && !bs[0].Frontier.Covers(m.LastBinding.Frontier) {
-			return AppendResult{}, fmt.Errorf("append bindings of %s: frontier %s at %d does not cover the last durable binding %s at %d; bindings only grow: %w",
-				sh.what(), bs[0].Frontier, bs[0].Time, m.LastBinding.Frontier, m.LastBinding.Time, ErrInvalid)
-		}
-		if len(bs) > 0 && batch == nil {
+			return nil
+		},
+		ready: func(m *Manifest) error {
+			if len(bs) > 0 && m.LastBinding != nil && !bs[0].Frontier.Covers(m.LastBinding.Frontier) {
+				return fmt.Errorf("append bindings of %s: frontier %s at %d does not cover the last durable binding %s at %d; bindings only grow: %w",
+					sh.what(), bs[0].Frontier, bs[0].Time, m.LastBinding.Frontier, m.LastBinding.Time, ErrInvalid)
+			}
+			return nil
+		},
+		write: func() (*BatchMeta, error) {
+			if len(bs) == 0 {
+				return nil, nil
+			}
 			rec := encodeBindings(bs)
 			meta, err := sh.writeBatch(ctx, expected, newUpper, rec)
 			rec.Release()
 			if err != nil {
-				return AppendResult{}, fmt.Errorf("append bindings of %s: %w", sh.what(), err)
+				return nil, fmt.Errorf("append bindings of %s: %w", sh.what(), err)
 			}
-			batch = &meta
-		}
-		next := m.clone()
-		next.Version = m.Version + 1
-		next.Upper = newUpper
-		if batch != nil {
-			next.Batches = append(next.Batches, *batch)
-			last := bs[len(bs)-1]
-			next.LastBinding = &BindingJSON{Time: last.Time, Frontier: last.Frontier}
-			next.Domain = last.Frontier.Domain()
-		}
-		linked, err := sh.commit(ctx, next)
-		if errors.Is(err, errLostRace) {
-			m2, rerr := sh.refresh(ctx)
-			if rerr == nil && m2.Upper == expected && attempt < maxCommitRetries {
-				continue
+			return &meta, nil
+		},
+		apply: func(next *Manifest, batch *BatchMeta) {
+			if batch != nil {
+				next.Batches = append(next.Batches, *batch)
+				last := bs[len(bs)-1]
+				next.LastBinding = &BindingJSON{Time: last.Time, Frontier: last.Frontier}
+				next.Domain = last.Frontier.Domain()
 			}
-			removeBatch()
-			if rerr != nil {
-				return AppendResult{}, rerr
-			}
-			return AppendResult{}, sh.mismatch(expected, m2.Upper, "")
-		}
-		if err != nil {
-			if !linked {
-				removeBatch()
-			}
-			return AppendResult{}, err
-		}
-		r := AppendResult{Status: Appended, Upper: newUpper, Version: next.Version}
-		if batch != nil {
-			r.Rows = batch.Rows
-		}
-		return r, nil
-	}
+		},
+		replay: func(m *Manifest) (AppendResult, error) {
+			return sh.replayBindings(ctx, m, expected, newUpper, bs)
+		},
+	})
 }
 
 func (sh *Shard) replayBindings(ctx context.Context, m *Manifest, expected, newUpper uint64, bs []frontier.Binding) (AppendResult, error) {
