@@ -18,6 +18,7 @@ type (
 	Kafka              = servers.Kafka
 	Proxy              = servers.Proxy
 	Direction          = servers.Direction
+	RestartOptions     = servers.RestartOptions
 	MissingBinaryError = servers.MissingBinaryError
 )
 
