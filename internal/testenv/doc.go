@@ -1,43 +1,21 @@
-// Package testenv starts the real servers that rtrctl's integration tests
+// Package testenv gives rtrctl's integration tests the real servers they
 // run against: PostgreSQL 15, MariaDB 10.11 and an in-process Kafka cluster
 // (franz-go's kfake). Tests never talk to mocks of these three.
 //
-// # Servers
-//
-// Every server listens on a free port of 127.0.0.1 and keeps its files in a
-// temporary directory that is removed when it stops.
-//
-//   - PostgreSQL (Debian postgresql-15, binaries in /usr/lib/postgresql/15/bin,
-//     or the directory named by RTR_PG_BINDIR): initdb with superuser "rtr"
-//     and a random password, scram-sha-256 on 127.0.0.1 (host and
-//     replication), trust on the Unix socket, wal_level=logical,
-//     max_replication_slots=20, max_wal_senders=20, fsync=off. A database
-//     "rtr" is created. When the process runs as root the server runs as the
-//     unprivileged user "postgres" (initdb and postgres refuse root).
-//   - MariaDB (Debian mariadb-server: mariadbd, mariadb-install-db): a fresh
-//     data directory, binary log on with binlog_format=ROW and
-//     binlog_row_image=FULL, server_id=1, user "rtr"@"%" (and @127.0.0.1,
-//     @localhost) with a random password and ALL PRIVILEGES (which include
-//     REPLICATION SLAVE, REPLICATION CLIENT and BINLOG MONITOR). Root can only
-//     log in through the Unix socket, with the same password.
-//   - Kafka: a kfake cluster in the test process, one broker by default.
+// The servers themselves (how they are configured, launched, restarted and
+// stopped) live in package servers, which does not import "testing"; this
+// package is the layer for tests on top of it. Its types are aliases of the
+// servers ones (testenv.Postgres is servers.Postgres), so either name works.
 //
 // A missing binary fails the test (never skips it) with an error naming the
 // Debian package and scripts/install-deps.sh.
 //
 // # API
 //
-//	type Postgres struct{ Host string; Port int; User, Password, Database, DataDir string }
-//	func (p *Postgres) DSN() string                        // postgres://user:pass@127.0.0.1:port/db?sslmode=disable
-//	func (p *Postgres) KeyValueDSN() string                // host=... port=... user=... password=... dbname=... sslmode=disable
-//	func (p *Postgres) ReplicationDSN() string             // DSN() plus replication=database
-//	func (p *Postgres) CreateDatabase(t testing.TB) string // a fresh database's URL DSN, dropped at cleanup
-//	type MariaDB struct{ Host string; Port int; User, Password, DataDir string }
-//	func (m *MariaDB) DSN() string                         // user:pass@tcp(127.0.0.1:port)/
-//	func (m *MariaDB) URL() string                         // mysql://user:pass@127.0.0.1:port/
-//	func (m *MariaDB) Addr() string                        // 127.0.0.1:port
-//	func (m *MariaDB) CreateDatabase(t testing.TB) string  // a fresh schema's name, dropped at cleanup
-//	type Kafka struct{ Brokers []string; Cluster *kfake.Cluster }
+//	type Postgres = servers.Postgres // DSN, KeyValueDSN, ReplicationDSN, Connect, CreateDatabase(t), Restart
+//	type MariaDB = servers.MariaDB   // DSN, URL, Addr, Connect, CreateDatabase(t), Restart
+//	type Kafka = servers.Kafka
+//	type Proxy = servers.Proxy
 //
 //	func SharedPostgres(t testing.TB) *Postgres // one per test binary, or RTR_TEST_PG_DSN
 //	func SharedMariaDB(t testing.TB) *MariaDB   // one per test binary, or RTR_TEST_MYSQL_DSN
@@ -45,17 +23,21 @@
 //	func StartPostgres(t testing.TB, opts PostgresOptions) *Postgres // dedicated, stopped at t.Cleanup
 //	func StartMariaDB(t testing.TB, opts MariaDBOptions) *MariaDB
 //	func StartKafka(t testing.TB, opts ...kfake.Opt) *Kafka
-//	func LaunchPostgres(ctx context.Context, dir string, opts PostgresOptions) (*Postgres, func() error, error)
-//	func LaunchMariaDB(ctx context.Context, dir string, opts MariaDBOptions) (*MariaDB, func() error, error)
-//	func StopPostgresDir(ctx context.Context, dir string) error // stops a detached server launched in dir
-//	func StopMariaDBDir(ctx context.Context, dir string) error
-//	func LaunchKafka(opts ...kfake.Opt) (*Kafka, error)
+//	func StartProxy(t testing.TB, target string) *Proxy
 //	func Main(m *testing.M)                     // TestMain: run tests, then stop shared servers
 //	func StopShared() error                     // what Main does after m.Run
 //
-// Helpers: (*Postgres).Connect (pgx), (*MariaDB).Connect (go-mysql client),
-// ParsePostgresDSN, ParseMySQLDSN, and String methods that mask passwords.
-// A missing binary is a *MissingBinaryError.
+// LaunchPostgres, LaunchMariaDB, LaunchKafka, StopPostgresDir,
+// StopMariaDBDir, NewProxy, ParsePostgresDSN and ParseMySQLDSN are the
+// servers functions, re-exported.
+//
+// A dedicated server (StartPostgres, StartMariaDB) can be restarted in
+// place for restart-survival tests:
+//
+//	pg := testenv.StartPostgres(t, testenv.PostgresOptions{})
+//	err := pg.Restart(ctx, testenv.RestartOptions{Mode: "immediate", Down: time.Second})
+//
+// Restart on a shared server returns an error.
 //
 // # Shared servers and the environment
 //
@@ -83,5 +65,5 @@
 //
 // Tests should treat shared servers as shared: use CreateDatabase for a
 // private database, and a dedicated server (Start*) for anything that
-// changes server settings.
+// changes server settings or restarts the server.
 package testenv

@@ -4,22 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-)
-
-// Environment variables that name external servers for the Shared*
-// functions.
-const (
-	EnvPostgresDSN  = "RTR_TEST_PG_DSN"
-	EnvMySQLDSN     = "RTR_TEST_MYSQL_DSN"
-	EnvKafkaBrokers = "RTR_TEST_KAFKA_BROKERS"
+	"github.com/rtrctl/rtrctl/internal/servers"
 )
 
 // shared holds one lazily started server and how to stop it.
@@ -69,18 +59,18 @@ func SharedPostgres(t testing.TB) *Postgres {
 	t.Helper()
 	pg, err := sharedPG.get(func() (*Postgres, func() error, error) {
 		if dsn := os.Getenv(EnvPostgresDSN); dsn != "" {
-			pg, err := ParsePostgresDSN(dsn)
+			pg, err := servers.ParsePostgresDSN(dsn)
 			if err != nil {
 				return nil, nil, fmt.Errorf("%s: %w", EnvPostgresDSN, err)
 			}
 			return pg, nil, nil
 		}
-		sweepStale()
-		dir, err := os.MkdirTemp("", prefixPG+"shared-")
+		servers.SweepStale()
+		dir, err := os.MkdirTemp("", servers.PrefixPostgres+"shared-")
 		if err != nil {
 			return nil, nil, fmt.Errorf("start shared postgres: %w", err)
 		}
-		pg, stop, err := LaunchPostgres(context.Background(), dir, PostgresOptions{})
+		pg, stop, err := servers.LaunchPostgres(context.Background(), dir, PostgresOptions{Shared: true})
 		if err != nil {
 			os.RemoveAll(dir)
 			return nil, nil, fmt.Errorf("start shared postgres: %w", err)
@@ -100,18 +90,18 @@ func SharedMariaDB(t testing.TB) *MariaDB {
 	t.Helper()
 	m, err := sharedMy.get(func() (*MariaDB, func() error, error) {
 		if dsn := os.Getenv(EnvMySQLDSN); dsn != "" {
-			m, err := ParseMySQLDSN(dsn)
+			m, err := servers.ParseMySQLDSN(dsn)
 			if err != nil {
 				return nil, nil, fmt.Errorf("%s: %w", EnvMySQLDSN, err)
 			}
 			return m, nil, nil
 		}
-		sweepStale()
-		dir, err := os.MkdirTemp("", prefixMySQLShd)
+		servers.SweepStale()
+		dir, err := os.MkdirTemp("", servers.PrefixMariaDBShared)
 		if err != nil {
 			return nil, nil, fmt.Errorf("start shared mariadb: %w", err)
 		}
-		m, stop, err := LaunchMariaDB(context.Background(), dir, MariaDBOptions{})
+		m, stop, err := servers.LaunchMariaDB(context.Background(), dir, MariaDBOptions{Shared: true})
 		if err != nil {
 			os.RemoveAll(dir)
 			return nil, nil, fmt.Errorf("start shared mariadb: %w", err)
@@ -141,7 +131,7 @@ func SharedKafka(t testing.TB) *Kafka {
 			}
 			return &Kafka{Brokers: brokers}, nil, nil
 		}
-		k, err := LaunchKafka()
+		k, err := servers.LaunchKafka()
 		if err != nil {
 			return nil, nil, fmt.Errorf("start shared kafka: %w", err)
 		}
@@ -183,55 +173,4 @@ func Main(m *testing.M) {
 		}
 	}
 	os.Exit(code)
-}
-
-// ParsePostgresDSN reads a URL or key=value DSN (as RTR_TEST_PG_DSN holds).
-func ParsePostgresDSN(dsn string) (*Postgres, error) {
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		// pgx's error text may quote the DSN, password included.
-		return nil, errors.New("parse postgres DSN: not a valid URL or key=value connection string, e.g. postgres://user:pass@127.0.0.1:5432/db?sslmode=disable")
-	}
-	return &Postgres{
-		Host:     cfg.Host,
-		Port:     int(cfg.Port),
-		User:     cfg.User,
-		Password: cfg.Password,
-		Database: cfg.Database,
-	}, nil
-}
-
-// ParseMySQLDSN reads the go-sql-driver form user:pass@tcp(host:port)/[db]
-// (as RTR_TEST_MYSQL_DSN holds). A database name and parameters are
-// accepted and ignored.
-func ParseMySQLDSN(dsn string) (*MariaDB, error) {
-	const want = "want user:pass@tcp(host:port)/"
-	at := strings.LastIndex(dsn, "@")
-	if at < 0 {
-		return nil, fmt.Errorf("parse mysql DSN: no '@'; %s", want)
-	}
-	cred, rest := dsn[:at], dsn[at+1:]
-	user, pass, _ := strings.Cut(cred, ":")
-	if user == "" {
-		return nil, fmt.Errorf("parse mysql DSN: no user; %s", want)
-	}
-	if !strings.HasPrefix(rest, "tcp(") {
-		return nil, fmt.Errorf("parse mysql DSN: address is not tcp(host:port); %s", want)
-	}
-	end := strings.Index(rest, ")")
-	if end < 0 {
-		return nil, fmt.Errorf("parse mysql DSN: unclosed tcp(; %s", want)
-	}
-	host, portStr, err := net.SplitHostPort(rest[len("tcp("):end])
-	if err != nil {
-		return nil, fmt.Errorf("parse mysql DSN address: %w; %s", err, want)
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil || port <= 0 || port > 65535 {
-		return nil, fmt.Errorf("parse mysql DSN: bad port %q; %s", portStr, want)
-	}
-	if tail := rest[end+1:]; tail != "" && !strings.HasPrefix(tail, "/") {
-		return nil, fmt.Errorf("parse mysql DSN: unexpected %q after address; %s", tail, want)
-	}
-	return &MariaDB{Host: host, Port: port, User: user, Password: pass}, nil
 }

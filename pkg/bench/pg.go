@@ -15,7 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/rtrctl/rtrctl/internal/testenv"
+	"github.com/rtrctl/rtrctl/internal/servers"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/store"
 )
@@ -67,7 +67,7 @@ func RunPG(ctx context.Context, cfg PGConfig) (*Result, error) {
 			return nil, fmt.Errorf("bench pg: %w", err)
 		}
 		defer os.RemoveAll(dir)
-		pg, stop, err := testenv.LaunchPostgres(ctx, dir, testenv.PostgresOptions{})
+		pg, stop, err := servers.LaunchPostgres(ctx, dir, servers.PostgresOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("bench pg: start a throwaway server (or pass --dsn): %w", err)
 		}

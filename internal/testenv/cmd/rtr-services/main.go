@@ -27,7 +27,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rtrctl/rtrctl/internal/testenv"
+	"github.com/rtrctl/rtrctl/internal/servers"
 )
 
 const usage = `usage: rtr-services up DIR | down DIR
@@ -135,16 +135,16 @@ func up(ctx context.Context, dir string) (string, error) {
 		os.Remove(pgDir)
 		return fail(fmt.Errorf("link %s: %w", l.pg, err))
 	}
-	pg, _, err := testenv.LaunchPostgres(ctx, pgDir, testenv.PostgresOptions{Detached: true})
+	pg, _, err := servers.LaunchPostgres(ctx, pgDir, servers.PostgresOptions{Detached: true})
 	if err != nil {
 		return fail(fmt.Errorf("start postgres: %w", err))
 	}
-	my, _, err := testenv.LaunchMariaDB(ctx, l.mariadb, testenv.MariaDBOptions{Detached: true})
+	my, _, err := servers.LaunchMariaDB(ctx, l.mariadb, servers.MariaDBOptions{Detached: true})
 	if err != nil {
 		return fail(fmt.Errorf("start mariadb: %w", err))
 	}
 	env := fmt.Sprintf("export %s='%s'\nexport %s='%s'\n",
-		testenv.EnvPostgresDSN, pg.DSN(), testenv.EnvMySQLDSN, my.DSN())
+		servers.EnvPostgresDSN, pg.DSN(), servers.EnvMySQLDSN, my.DSN())
 	if err := writeFileAtomic(l.env, []byte(env)); err != nil {
 		return fail(err)
 	}
@@ -160,11 +160,11 @@ func running(ctx context.Context, l layout) (string, bool) {
 		return "", false
 	}
 	vals := parseEnv(string(b))
-	pg, err := testenv.ParsePostgresDSN(vals[testenv.EnvPostgresDSN])
+	pg, err := servers.ParsePostgresDSN(vals[servers.EnvPostgresDSN])
 	if err != nil {
 		return "", false
 	}
-	my, err := testenv.ParseMySQLDSN(vals[testenv.EnvMySQLDSN])
+	my, err := servers.ParseMySQLDSN(vals[servers.EnvMySQLDSN])
 	if err != nil {
 		return "", false
 	}
@@ -205,12 +205,12 @@ func stopAndClear(ctx context.Context, l layout) error {
 		pgDir = target
 	}
 	if _, err := os.Stat(pgDir); err == nil {
-		if err := testenv.StopPostgresDir(ctx, pgDir); err != nil {
+		if err := servers.StopPostgresDir(ctx, pgDir); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if _, err := os.Stat(l.mariadb); err == nil {
-		if err := testenv.StopMariaDBDir(ctx, l.mariadb); err != nil {
+		if err := servers.StopMariaDBDir(ctx, l.mariadb); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package testenv
+package servers
 
 import (
 	"context"
@@ -9,11 +9,12 @@ import (
 	"time"
 )
 
-// Temporary directory prefixes of servers started for tests.
+// Temporary directory prefixes of servers started for tests (under
+// os.TempDir). SweepStale removes such directories once their server died.
 const (
-	prefixPG       = "rtr-pg-"
-	prefixMariaDB  = "rtr-mariadb-"
-	prefixMySQLShd = "rtr-my-shared-"
+	PrefixPostgres      = "rtr-pg-"        // dedicated and shared PostgreSQL
+	PrefixMariaDB       = "rtr-mariadb-"   // dedicated MariaDB
+	PrefixMariaDBShared = "rtr-my-shared-" // shared MariaDB
 )
 
 // staleAfter is how old a dead server's pid file must be before its
@@ -23,12 +24,12 @@ const staleAfter = 2 * defaultStartTimeout
 
 var sweepOnce sync.Once
 
-// sweepStale removes, once per process, the temporary directories of test
+// SweepStale removes, once per process, the temporary directories of test
 // servers whose process died without cleanup (a test binary killed by a
 // timeout or a signal: Pdeathsig kills its servers but nothing removes
 // their files). Only directories with a pid file naming a dead process,
 // untouched for staleAfter, are removed.
-func sweepStale() {
+func SweepStale() {
 	sweepOnce.Do(func() { sweepStaleIn(os.TempDir(), time.Now()) })
 }
 
@@ -47,9 +48,9 @@ func sweepStaleIn(tmp string, now time.Time) []string {
 		dir := filepath.Join(tmp, name)
 		var pidFile string
 		switch {
-		case strings.HasPrefix(name, prefixPG):
+		case strings.HasPrefix(name, PrefixPostgres):
 			pidFile = filepath.Join(dir, "data", "postmaster.pid")
-		case strings.HasPrefix(name, prefixMariaDB), strings.HasPrefix(name, prefixMySQLShd):
+		case strings.HasPrefix(name, PrefixMariaDB), strings.HasPrefix(name, PrefixMariaDBShared):
 			pidFile = filepath.Join(dir, "mariadbd.pid")
 		default:
 			continue
@@ -62,7 +63,7 @@ func sweepStaleIn(tmp string, now time.Time) []string {
 		if pid <= 0 || pidAlive(pid) {
 			continue
 		}
-		if strings.HasPrefix(name, prefixPG) {
+		if strings.HasPrefix(name, PrefixPostgres) {
 			_ = removeStaleShm(context.Background(), pidFile)
 		}
 		if os.RemoveAll(dir) == nil {

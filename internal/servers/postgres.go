@@ -1,4 +1,4 @@
-package testenv
+package servers
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
 	"unsafe"
 
@@ -50,6 +49,9 @@ type PostgresOptions struct {
 	// Detached servers run in their own session without a parent-death
 	// signal, so they outlive the launching process (rtr-services up).
 	Detached bool
+	// Shared marks a server that many tests use (testenv.SharedPostgres):
+	// Restart refuses it.
+	Shared bool
 }
 
 // DSN returns the URL form:
@@ -105,61 +107,35 @@ func (p *Postgres) Connect(ctx context.Context) (*pgx.Conn, error) {
 
 // CreateDatabase creates a fresh database and returns its URL DSN. The
 // database is dropped (best effort, WITH (FORCE)) at t.Cleanup.
-func (p *Postgres) CreateDatabase(t testing.TB) string {
+func (p *Postgres) CreateDatabase(t TB) string {
 	t.Helper()
 	name := "rtr_" + randomPassword()[:12]
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	conn, err := p.Connect(ctx)
 	if err != nil {
-		t.Fatalf("testenv: create database: %v", err)
+		t.Fatalf("servers: create database: %v", err)
 	}
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("testenv: create database %s: %v", name, err)
+		t.Fatalf("servers: create database %s: %v", name, err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		conn, err := p.Connect(ctx)
 		if err != nil {
-			t.Logf("testenv: drop database %s: %v", name, err)
+			t.Logf("servers: drop database %s: %v", name, err)
 			return
 		}
 		defer conn.Close(ctx)
 		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Logf("testenv: drop database %s: %v", name, err)
+			t.Logf("servers: drop database %s: %v", name, err)
 		}
 	})
 	q := *p
 	q.Database = name
 	return q.DSN()
-}
-
-// StartPostgres starts a dedicated PostgreSQL server in a temporary
-// directory; it is stopped and the directory removed at t.Cleanup.
-func StartPostgres(t testing.TB, opts PostgresOptions) *Postgres {
-	t.Helper()
-	opts.Detached = false
-	sweepStale()
-	dir, err := os.MkdirTemp("", prefixPG)
-	if err != nil {
-		t.Fatalf("testenv: start postgres: %v", err)
-	}
-	pg, stop, err := LaunchPostgres(t.Context(), dir, opts)
-	if err != nil {
-		os.RemoveAll(dir)
-		t.Fatalf("testenv: start postgres: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("testenv: stop postgres: %v", err)
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			t.Errorf("testenv: remove postgres dir: %v", err)
-		}
-	})
-	return pg
 }
 
 // pgLayout names the files of a server launched in dir.
@@ -185,7 +161,8 @@ func newPGLayout(dir string) pgLayout {
 // hold one yet; it is created if missing) and starts PostgreSQL on a free
 // loopback port. It returns once the server accepts connections and the
 // database "rtr" exists. stop shuts the server down (fast mode) and leaves
-// dir in place. ctx bounds the start only.
+// dir in place. ctx bounds the start only. Restart restarts the server in
+// place until stop is called.
 func LaunchPostgres(ctx context.Context, dir string, opts PostgresOptions) (pg *Postgres, stop func() error, err error) {
 	initdb, err := findBinary("initdb", PostgresPackage, postgresBinDir())
 	if err != nil {
@@ -242,19 +219,13 @@ func LaunchPostgres(ctx context.Context, dir string, opts PostgresOptions) (pg *
 		}
 		return nil, nil, fmt.Errorf("launch postgres: %w", err)
 	}
-	stop = func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
-		defer cancel()
-		if err := srv.stop(ctx, syscall.SIGINT); err != nil {
-			return fmt.Errorf("stop postgres: %w", err)
-		}
-		return nil
-	}
+	inst := &pgInstance{srv: srv, po: po, postgres: postgres, lay: lay, pg: *pg, shared: opts.Shared}
 	if err := createPGDatabase(ctx, pg); err != nil {
-		_ = stop()
+		_ = inst.stop()
 		return nil, nil, fmt.Errorf("launch postgres: %w\nserver log:\n%s", err, readTail(lay.log, 20))
 	}
-	return pg, stop, nil
+	registerPG(inst)
+	return pg, inst.stop, nil
 }
 
 // postgresBinDir is RTR_PG_BINDIR or the Debian location.
@@ -282,7 +253,7 @@ func initPostgres(ctx context.Context, po procOptions, initdb string, lay pgLayo
 	if err != nil {
 		return fmt.Errorf("initdb: %w", err)
 	}
-	hba := "# written by rtrctl internal/testenv\n" +
+	hba := "# written by rtrctl internal/servers\n" +
 		"local all         all                trust\n" +
 		"local replication all                trust\n" +
 		"host  all         all  127.0.0.1/32  scram-sha-256\n" +
@@ -292,7 +263,7 @@ func initPostgres(ctx context.Context, po procOptions, initdb string, lay pgLayo
 	}
 	settings := postgresSettings(lay, opts)
 	var b strings.Builder
-	b.WriteString("\n# written by rtrctl internal/testenv\n")
+	b.WriteString("\n# written by rtrctl internal/servers\n")
 	keys := make([]string, 0, len(settings))
 	for k := range settings {
 		keys = append(keys, k)

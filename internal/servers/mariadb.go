@@ -1,4 +1,4 @@
-package testenv
+package servers
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
@@ -48,6 +47,9 @@ type MariaDBOptions struct {
 	// Detached servers run in their own session without a parent-death
 	// signal, so they outlive the launching process (rtr-services up).
 	Detached bool
+	// Shared marks a server that many tests use (testenv.SharedMariaDB):
+	// Restart refuses it.
+	Shared bool
 }
 
 // Addr is host:port.
@@ -85,59 +87,33 @@ func (m *MariaDB) Connect(ctx context.Context, db string) (*client.Conn, error) 
 
 // CreateDatabase creates a fresh schema and returns its name. It is dropped
 // (best effort) at t.Cleanup.
-func (m *MariaDB) CreateDatabase(t testing.TB) string {
+func (m *MariaDB) CreateDatabase(t TB) string {
 	t.Helper()
 	name := "rtr_" + randomPassword()[:12]
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	conn, err := m.Connect(ctx, "")
 	if err != nil {
-		t.Fatalf("testenv: create database: %v", err)
+		t.Fatalf("servers: create database: %v", err)
 	}
 	defer conn.Close()
 	if _, err := conn.Execute("CREATE DATABASE " + name); err != nil {
-		t.Fatalf("testenv: create database %s: %v", name, err)
+		t.Fatalf("servers: create database %s: %v", name, err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		conn, err := m.Connect(ctx, "")
 		if err != nil {
-			t.Logf("testenv: drop database %s: %v", name, err)
+			t.Logf("servers: drop database %s: %v", name, err)
 			return
 		}
 		defer conn.Close()
 		if _, err := conn.Execute("DROP DATABASE IF EXISTS " + name); err != nil {
-			t.Logf("testenv: drop database %s: %v", name, err)
+			t.Logf("servers: drop database %s: %v", name, err)
 		}
 	})
 	return name
-}
-
-// StartMariaDB starts a dedicated MariaDB server in a temporary directory;
-// it is stopped and the directory removed at t.Cleanup.
-func StartMariaDB(t testing.TB, opts MariaDBOptions) *MariaDB {
-	t.Helper()
-	opts.Detached = false
-	sweepStale()
-	dir, err := os.MkdirTemp("", prefixMariaDB)
-	if err != nil {
-		t.Fatalf("testenv: start mariadb: %v", err)
-	}
-	m, stop, err := LaunchMariaDB(t.Context(), dir, opts)
-	if err != nil {
-		os.RemoveAll(dir)
-		t.Fatalf("testenv: start mariadb: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("testenv: stop mariadb: %v", err)
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			t.Errorf("testenv: remove mariadb dir: %v", err)
-		}
-	})
-	return m
 }
 
 // myLayout names the files of a server launched in dir.
@@ -165,7 +141,7 @@ func newMyLayout(dir string) myLayout {
 // yet; it is created if missing) and starts MariaDB on a free loopback
 // port. It returns once the user "rtr" can log in. stop shuts the server
 // down (SIGTERM, a clean shutdown) and leaves dir in place. ctx bounds the
-// start only.
+// start only. Restart restarts the server in place until stop is called.
 func LaunchMariaDB(ctx context.Context, dir string, opts MariaDBOptions) (m *MariaDB, stop func() error, err error) {
 	mariadbd, err := findBinary("mariadbd", MariaDBPackage, "/usr/sbin", "/usr/bin")
 	if err != nil {
@@ -218,7 +194,7 @@ func LaunchMariaDB(ctx context.Context, dir string, opts MariaDBOptions) (m *Mar
 			return nil, nil, fmt.Errorf("launch mariadb: %w", err)
 		}
 		m.Port = port
-		srv, err = startMariaDBOnce(ctx, po, mariadbd, lay, common, port, opts)
+		srv, err = startMariaDBOnce(ctx, po, mariadbd, lay, common, port, "", opts)
 		if err == nil {
 			break
 		}
@@ -227,22 +203,13 @@ func LaunchMariaDB(ctx context.Context, dir string, opts MariaDBOptions) (m *Mar
 		}
 		return nil, nil, fmt.Errorf("launch mariadb: %w", err)
 	}
-	stop = func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
-		defer cancel()
-		if err := srv.stop(ctx, syscall.SIGTERM); err != nil {
-			return fmt.Errorf("stop mariadb: %w", err)
-		}
-		if filepath.Dir(lay.socket) != dir {
-			_ = os.Remove(lay.socket)
-		}
-		return nil
-	}
+	inst := &myInstance{srv: srv, po: po, mariadbd: mariadbd, lay: lay, common: common, opts: opts, m: *m}
 	if err := setupMariaDB(ctx, lay, m); err != nil {
-		_ = stop()
+		_ = inst.stop()
 		return nil, nil, fmt.Errorf("launch mariadb: %w\nserver log:\n%s", err, readTail(lay.log, 20))
 	}
-	return m, stop, nil
+	registerMy(inst)
+	return m, inst.stop, nil
 }
 
 // mariadbArgs are the server options for tests, overridden by opts.
@@ -296,8 +263,8 @@ func mariadbArgs(lay myLayout, port int, opts MariaDBOptions) []string {
 }
 
 // startMariaDBOnce starts mariadbd on port and waits until root can log in
-// through the socket.
-func startMariaDBOnce(ctx context.Context, po procOptions, mariadbd string, lay myLayout, common []string, port int, opts MariaDBOptions) (*server, error) {
+// through the socket with rootPassword ("" before setupMariaDB sets it).
+func startMariaDBOnce(ctx context.Context, po procOptions, mariadbd string, lay myLayout, common []string, port int, rootPassword string, opts MariaDBOptions) (*server, error) {
 	logStart := fileSize(lay.log)
 	args := append(append([]string{}, common...), mariadbArgs(lay, port, opts)...)
 	srv, err := startServer(po, mariadbd, args...)
@@ -305,7 +272,7 @@ func startMariaDBOnce(ctx context.Context, po procOptions, mariadbd string, lay 
 		return nil, err
 	}
 	err = pollUntil(ctx, srv, func(ctx context.Context) error {
-		conn, err := client.ConnectWithContext(ctx, lay.socket, "root", "", "", 5*time.Second)
+		conn, err := client.ConnectWithContext(ctx, lay.socket, "root", rootPassword, "", 5*time.Second)
 		if err != nil {
 			return err
 		}

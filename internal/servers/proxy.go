@@ -1,4 +1,4 @@
-package testenv
+package servers
 
 import (
 	"errors"
@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
-	"testing"
 	"time"
 )
 
@@ -37,7 +36,8 @@ func (d Direction) String() string {
 // settings, so several upstreams can lag differently at once. Settings
 // apply to every connection, open or new, from the next chunk of bytes on.
 //
-//	p := testenv.StartProxy(t, "127.0.0.1:5432")
+//	p, err := servers.NewProxy("127.0.0.1:5432") // or testenv.StartProxy(t, ...)
+//	defer p.Close()
 //	p.SetLatency(300 * time.Millisecond) // every chunk, both directions
 //	p.Cut()                              // close every connection, refuse new ones
 //	p.Restore()
@@ -80,19 +80,9 @@ func (c *proxyConn) close() {
 	})
 }
 
-// StartProxy listens on a free port of 127.0.0.1 and forwards every
-// connection to target (host:port). It is closed at t.Cleanup.
-func StartProxy(t testing.TB, target string) *Proxy {
-	t.Helper()
-	p, err := NewProxy(target)
-	if err != nil {
-		t.Fatalf("testenv: start proxy: %v", err)
-	}
-	t.Cleanup(p.Close)
-	return p
-}
-
-// NewProxy is StartProxy without a test: the caller closes it.
+// NewProxy listens on a free port of 127.0.0.1 and forwards every
+// connection to target (host:port). The caller closes it (testenv.StartProxy
+// closes it at t.Cleanup).
 func NewProxy(target string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -212,7 +202,7 @@ func (p *Proxy) Close() {
 func (p *Proxy) DSN(dsn string) string {
 	u, err := url.Parse(dsn)
 	if err != nil || u.Host == "" {
-		panic("testenv: proxy DSN: not a URL-form DSN")
+		panic("servers: proxy DSN: not a URL-form DSN")
 	}
 	u.Host = net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Port()))
 	return u.String()

@@ -1,8 +1,7 @@
-package testenv
+package servers
 
 import (
 	"fmt"
-	"testing"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -12,19 +11,6 @@ type Kafka struct {
 	Brokers []string
 	// Cluster is the in-process fake cluster, nil for an external one.
 	Cluster *kfake.Cluster
-}
-
-// StartKafka starts a dedicated in-process kfake cluster with one broker
-// (opts may override it, e.g. kfake.NumBrokers(3)); it is closed at
-// t.Cleanup.
-func StartKafka(t testing.TB, opts ...kfake.Opt) *Kafka {
-	t.Helper()
-	k, err := LaunchKafka(opts...)
-	if err != nil {
-		t.Fatalf("testenv: start kafka: %v", err)
-	}
-	t.Cleanup(k.Cluster.Close)
-	return k
 }
 
 // LaunchKafka starts an in-process kfake cluster with one broker unless

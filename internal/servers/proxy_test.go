@@ -1,4 +1,4 @@
-package testenv
+package servers
 
 import (
 	"bytes"
@@ -38,6 +38,17 @@ func echoServer(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// startProxy is NewProxy, closed at t.Cleanup.
+func startProxy(t *testing.T, target string) *Proxy {
+	t.Helper()
+	p, err := NewProxy(target)
+	if err != nil {
+		t.Fatalf("new proxy: %v", err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
 func dial(t *testing.T, p *Proxy) net.Conn {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", p.Addr(), 5*time.Second)
@@ -68,7 +79,7 @@ func roundTrip(t *testing.T, c net.Conn, msg []byte) time.Duration {
 }
 
 func TestProxyForwards(t *testing.T) {
-	p := StartProxy(t, echoServer(t))
+	p := startProxy(t, echoServer(t))
 	c := dial(t, p)
 	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
 	roundTrip(t, c, []byte("hello"))
@@ -84,7 +95,7 @@ func TestProxyForwards(t *testing.T) {
 }
 
 func TestProxyLatency(t *testing.T) {
-	p := StartProxy(t, echoServer(t))
+	p := startProxy(t, echoServer(t))
 	c := dial(t, p)
 	base := roundTrip(t, c, []byte("x"))
 	p.SetLatency(100 * time.Millisecond)
@@ -121,7 +132,7 @@ func TestProxyLatency(t *testing.T) {
 // chunks capped such a stream at window/latency chunks a second, and an
 // ingest behind the proxy fell ever further behind a busy server.
 func TestProxyLatencyManyChunks(t *testing.T) {
-	p := StartProxy(t, echoServer(t))
+	p := startProxy(t, echoServer(t))
 	c := dial(t, p)
 	roundTrip(t, c, []byte("x"))
 	p.SetLatencyDir(ToTarget, 3*time.Second)
@@ -146,7 +157,7 @@ func TestProxyLatencyManyChunks(t *testing.T) {
 }
 
 func TestProxyBandwidth(t *testing.T) {
-	p := StartProxy(t, echoServer(t))
+	p := startProxy(t, echoServer(t))
 	c := dial(t, p)
 	p.SetBandwidth(100 << 10) // 100 KiB/s each way
 	msg := bytes.Repeat([]byte("b"), 50<<10)
@@ -161,7 +172,7 @@ func TestProxyBandwidth(t *testing.T) {
 }
 
 func TestProxyCutRestore(t *testing.T) {
-	p := StartProxy(t, echoServer(t))
+	p := startProxy(t, echoServer(t))
 	c := dial(t, p)
 	roundTrip(t, c, []byte("before"))
 	p.Cut()
@@ -190,7 +201,7 @@ func TestProxyCutRestore(t *testing.T) {
 }
 
 func TestProxyStall(t *testing.T) {
-	p := StartProxy(t, echoServer(t))
+	p := startProxy(t, echoServer(t))
 	c := dial(t, p)
 	roundTrip(t, c, []byte("before"))
 	p.Stall()
@@ -225,7 +236,7 @@ func TestProxyStall(t *testing.T) {
 // TestProxyIndependent runs two proxies with different settings at once.
 func TestProxyIndependent(t *testing.T) {
 	target := echoServer(t)
-	slow, fast := StartProxy(t, target), StartProxy(t, target)
+	slow, fast := startProxy(t, target), startProxy(t, target)
 	slow.SetLatency(150 * time.Millisecond)
 	cs, cf := dial(t, slow), dial(t, fast)
 	var ds, df time.Duration
@@ -242,7 +253,7 @@ func TestProxyIndependent(t *testing.T) {
 }
 
 func TestProxyDSN(t *testing.T) {
-	p := StartProxy(t, echoServer(t))
+	p := startProxy(t, echoServer(t))
 	got := p.DSN("postgres://u:p@127.0.0.1:5432/db?sslmode=disable")
 	want := "postgres://u:p@" + p.Addr() + "/db?sslmode=disable"
 	if got != want {
