@@ -312,9 +312,8 @@ func (d *driver) collection(ctx context.Context, tl Timeline, c Collection) (*st
 	if err != nil {
 		return nil, fmt.Errorf("ingest %s: %w", tl.ID, err)
 	}
-	if owner := shardSource(sh); owner != tl.ID {
-		return nil, hint.Wrap(fmt.Errorf("ingest %s: collection %s in %s belongs to source %q: %w", tl.ID, c.Name, d.st.Dir(), owner, ErrOwned),
-			fmt.Sprintf("a collection has one source; ingest it into another store, or pass --source-id %s to resume that source", owner))
+	if err := d.st.CheckOwner(ctx, c.Name, tl.ID); err != nil {
+		return nil, fmt.Errorf("ingest %s: %w", tl.ID, err)
 	}
 	if c.Check != nil {
 		if err := c.Check(sh.Schema()); err != nil {
@@ -323,10 +322,6 @@ func (d *driver) collection(ctx context.Context, tl Timeline, c Collection) (*st
 	}
 	return sh, nil
 }
-
-// ErrOwned: a collection named by a source belongs to another source of
-// the store.
-var ErrOwned = errors.New("the collection belongs to another source")
 
 // shardSource is the source id a shard records (rtr.source).
 func shardSource(sh *store.Shard) string {
@@ -385,7 +380,7 @@ func (d *driver) ack(ctx context.Context, id string) (frontier.Frontier, error) 
 		if t.ID != id {
 			continue
 		}
-		u, err := durableUpper(ctx, d.st, t.ackColls)
+		u, err := d.st.LeastUpper(ctx, t.ackColls)
 		if err != nil {
 			return frontier.Frontier{}, err
 		}

@@ -294,29 +294,7 @@ func (w *storeWriter) commit(ctx context.Context, c string, upper uint64, b *buf
 // source is committed, reading the store (another process may have
 // committed more; this one never has less).
 func (w *storeWriter) Durable(ctx context.Context) (uint64, error) {
-	return durableUpper(ctx, w.st, w.collections)
-}
-
-// durableUpper is the least upper over collections (0 when one has no
-// shard yet).
-func durableUpper(ctx context.Context, st *store.Store, collections []string) (uint64, error) {
-	var least uint64
-	for i, c := range collections {
-		sh, err := st.Shard(ctx, c)
-		if errors.Is(err, store.ErrNotFound) {
-			return 0, nil
-		}
-		if err != nil {
-			return 0, err
-		}
-		if err := sh.Refresh(ctx); err != nil {
-			return 0, err
-		}
-		if u := sh.Upper(); i == 0 || u < least {
-			least = u
-		}
-	}
-	return least, nil
+	return w.st.LeastUpper(ctx, w.collections)
 }
 
 // durableFrontier maps a system upper to the source frontier below which

@@ -44,5 +44,5 @@ func (s *Store) CheckOwner(ctx context.Context, collection, source string) error
 			"ingest it into another store, or remove it")
 	}
 	return hint.Wrap(&ownedError{fmt.Sprintf("collection %s in %s belongs to source %q", collection, s.dir, owner)},
-		fmt.Sprintf("ingest it into another store, or stop source %s and remove it", owner))
+		fmt.Sprintf("a collection has one source: ingest it into another store, or pass --source-id %s to resume that source", owner))
 }

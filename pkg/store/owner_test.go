@@ -34,8 +34,8 @@ func TestCheckOwner(t *testing.T) {
 	}{
 		{"not created yet", "pg.customers", "pg", "", "", false},
 		{"own collection", "pg.orders", "pg", "", "", false},
-		{"another source's", "pg.orders", "kafka1", `collection pg.orders in ` + st.Dir() + ` belongs to source "pg"`, "ingest it into another store, or stop source pg and remove it", true},
-		{"the other way round", "kafka.events", "pg", `belongs to source "kafka1"`, "stop source kafka1 and remove it", true},
+		{"another source's", "pg.orders", "kafka1", `collection pg.orders in ` + st.Dir() + ` belongs to source "pg"`, "ingest it into another store, or pass --source-id pg to resume that source", true},
+		{"the other way round", "kafka.events", "pg", `belongs to source "kafka1"`, "pass --source-id kafka1", true},
 		{"no source recorded", "manual", "pg", "belongs to no source", "ingest it into another store, or remove it", true},
 		{"no source asked", "manual", "", "no source given", "", false},
 	} {
