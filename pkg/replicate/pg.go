@@ -489,7 +489,12 @@ func (s *pgStreamer) stream(ctx context.Context, conn *pgconn.PgConn) error {
 				// the WAL without waiting for the status interval. Answering
 				// each ping with write = its WAL end keeps it to one ping per
 				// step of WAL.
-				if err := s.status(ctx, conn, false); err != nil {
+				//
+				// A ping that asks for a reply gets the durable position
+				// read afresh: a shutting-down server's walsender pings so
+				// until the flush position reaches what it sent, and only
+				// then lets the server stop (pg_ctl stop -m fast).
+				if err := s.statusUpdate(ctx, conn, false, ka.ReplyRequested); err != nil {
 					return err
 				}
 			case pglogrepl.XLogDataByteID:
@@ -523,10 +528,17 @@ func (s *pgStreamer) streamError(pgErr *pgconn.PgError) error {
 }
 
 // status sends a standby status update: written = the highest WAL end
-// received (for lag reports), flushed = what may be confirmed.
+// received (for lag reports), flushed = what may be confirmed. With reply
+// it asks the server to answer and reads the durable position afresh.
 func (s *pgStreamer) status(ctx context.Context, conn *pgconn.PgConn, reply bool) error {
+	return s.statusUpdate(ctx, conn, reply, reply)
+}
+
+// statusUpdate is status with the fresh read of the durable position
+// (refresh) apart from asking for a reply.
+func (s *pgStreamer) statusUpdate(ctx context.Context, conn *pgconn.PgConn, reply, refresh bool) error {
 	flush := s.acked
-	if !s.cfg.NoAck && s.cfg.Ack != nil && reply {
+	if !s.cfg.NoAck && s.cfg.Ack != nil && refresh {
 		d, err := s.cfg.Ack(ctx)
 		if err != nil {
 			return fmt.Errorf("replicate postgres: read durable position: %w", err)
