@@ -175,3 +175,34 @@ func Scrub(msg string, secrets ...string) string {
 	}
 	return msg
 }
+
+// Error is an error whose message is safe to show (worded or scrubbed by
+// the caller, without passwords) while its causes stay in the chain, so
+// errors.Is/As (and internal/retry.Transient) still see the library's
+// error.
+type Error struct {
+	Msg    string
+	Causes []error
+}
+
+func (e *Error) Error() string   { return e.Msg }
+func (e *Error) Unwrap() []error { return e.Causes }
+
+// ScrubError returns err with every secret removed from its message; its
+// chain still holds err. A nil err stays nil.
+func ScrubError(err error, secrets ...string) error {
+	if err == nil {
+		return nil
+	}
+	return &Error{Msg: Scrub(err.Error(), secrets...), Causes: []error{err}}
+}
+
+// WithCause returns an error with err's message whose chain holds both err
+// and cause (scrubbed of secrets): for an error worded for the user that
+// must not lose the library error behind it.
+func WithCause(err, cause error, secrets ...string) error {
+	if cause == nil {
+		return err
+	}
+	return &Error{Msg: err.Error(), Causes: []error{err, ScrubError(cause, secrets...)}}
+}

@@ -2,7 +2,10 @@ package dsn
 
 import (
 	"errors"
+	"fmt"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -74,5 +77,34 @@ func TestMask(t *testing.T) {
 				t.Fatalf("got %q, want %q", tc.got, tc.want)
 			}
 		})
+	}
+}
+
+func TestScrubErrorKeepsCause(t *testing.T) {
+	cause := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	wrapped := fmt.Errorf("connect: password hunter2 refused: %w", cause)
+	err := fmt.Errorf("probe: %w", ScrubError(wrapped, "hunter2"))
+	if strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("message leaks the password: %q", err)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("cause lost: %v", err)
+	}
+	sentinel := errors.New("authentication failed")
+	worded := fmt.Errorf("connect to x: %w for user %q", sentinel, "rtr")
+	err = WithCause(worded, wrapped, "hunter2")
+	if err.Error() != worded.Error() {
+		t.Errorf("WithCause changed the message: %q", err)
+	}
+	if !errors.Is(err, sentinel) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("WithCause lost a cause: %v", err)
+	}
+	var de *Error
+	if errors.As(err, &de) {
+		for _, c := range de.Causes {
+			if strings.Contains(c.Error(), "hunter2") {
+				t.Errorf("cause text leaks the password: %q", c)
+			}
+		}
 	}
 }

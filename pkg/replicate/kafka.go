@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/rtrctl/rtrctl/internal/hint"
+	"github.com/rtrctl/rtrctl/internal/retry"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/kafkafmt"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
@@ -63,6 +64,11 @@ type KafkaConfig struct {
 	// the start; zero means 10s. Once running, the client reconnects by
 	// itself.
 	MaxBackoff time.Duration
+	// RetryFor bounds how long the brokers may stay unreachable (at the
+	// start, and for the periodic metadata check once running) before
+	// StreamKafka gives up with a *retry.GaveUpError; 0 means forever.
+	// Authentication and authorization failures fail at once.
+	RetryFor time.Duration
 	// Logger logs retries and start positions; nil means slog.Default().
 	Logger *slog.Logger
 	// OnStart, when set, is called for every partition with the offset
@@ -112,8 +118,9 @@ type kafkaStreamer struct {
 // missing topic, a topic that was deleted and recreated (offsets behind
 // the start, a log start beyond it, fewer partitions, a new topic id), or
 // a record larger than MaxRecordBytes. Brokers that cannot be reached at
-// the start are retried with backoff; later, the client reconnects by
-// itself.
+// the start are retried with backoff (internal/retry) for at most
+// RetryFor; later, the client reconnects by itself, and RetryFor bounds
+// how long the periodic metadata check may keep failing.
 func StreamKafka(ctx context.Context, cfg KafkaConfig, sink pipe.Sink) error {
 	if len(cfg.Brokers) == 0 {
 		return hint.Wrap(errors.New("replicate kafka: no brokers given"), "pass --brokers host:port (or set RTR_KAFKA_BROKERS)")
@@ -188,26 +195,22 @@ func parsePartition(p string) (int32, error) {
 
 func (s *kafkaStreamer) run(ctx context.Context) error {
 	// 1. Metadata and offsets, retried until the brokers answer.
-	backoff := 200 * time.Millisecond
-	for {
-		err := s.check(ctx, true)
-		if err == nil {
-			break
+	policy := retry.Policy{For: s.cfg.RetryFor, Initial: 200 * time.Millisecond, Max: s.cfg.MaxBackoff,
+		Logger: s.log.With("brokers", strings.Join(s.cfg.Brokers, ",")), What: "replicate kafka"}
+	err := retry.Do(ctx, policy, func(ctx context.Context) error {
+		return s.classify(s.check(ctx, true))
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("replicate kafka: %w", ctx.Err())
 		}
-		var de *definiteError
-		if errors.As(err, &de) || ctx.Err() != nil {
-			if ctx.Err() != nil {
-				return fmt.Errorf("replicate kafka: %w", ctx.Err())
-			}
+		if de, ok := errors.AsType[*definiteError](err); ok {
 			return de.err
 		}
-		s.log.Warn("kafka brokers not reachable; retrying", "brokers", strings.Join(s.cfg.Brokers, ","), "in", backoff, "error", err)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("replicate kafka: %w", ctx.Err())
-		case <-time.After(backoff):
+		if hint.Of(err) == "" {
+			err = hint.Wrap(err, "is the broker running and reachable? check --brokers (or RTR_KAFKA_BROKERS)")
 		}
-		backoff = min(2*backoff, s.cfg.MaxBackoff)
+		return err
 	}
 
 	// 2. The consumer, on every partition known now.
@@ -247,7 +250,7 @@ func (s *kafkaStreamer) run(ctx context.Context) error {
 
 	// 3. Poll, decode, report progress; check metadata now and then.
 	lastCheck := time.Now()
-	var lastWarn time.Time
+	var lastWarn, failingSince time.Time
 	for {
 		pctx, cancel := context.WithTimeout(ctx, s.cfg.CheckInterval)
 		fetches := cl.PollFetches(pctx)
@@ -302,15 +305,26 @@ func (s *kafkaStreamer) run(ctx context.Context) error {
 		}
 		if time.Since(lastCheck) >= s.cfg.CheckInterval {
 			lastCheck = time.Now()
-			if err := s.check(ctx, false); err != nil {
-				var de *definiteError
-				if errors.As(err, &de) {
+			err := s.classify(s.check(ctx, false))
+			if err == nil {
+				failingSince = time.Time{}
+			} else {
+				if de, ok := errors.AsType[*definiteError](err); ok {
 					return de.err
 				}
 				if ctx.Err() != nil {
 					return fmt.Errorf("replicate kafka: %w", ctx.Err())
 				}
-				s.log.Warn("kafka metadata check failed; will retry", "error", err)
+				if !retry.Transient(err) {
+					return err
+				}
+				if failingSince.IsZero() {
+					failingSince = lastCheck
+				}
+				if s.cfg.RetryFor > 0 && time.Since(failingSince) >= s.cfg.RetryFor {
+					return &retry.GaveUpError{What: "replicate kafka", For: time.Since(failingSince), Err: err}
+				}
+				s.log.Warn("kafka metadata check failed; will retry", "error", err, "failing_for", time.Since(failingSince).Round(time.Millisecond))
 			}
 		}
 	}
@@ -406,6 +420,23 @@ func (s *kafkaStreamer) flush(st *kafkaTopicState) error {
 	}
 	st.sent = f
 	return s.sink.Progress(st.Name, f)
+}
+
+// classify sorts an error of check for internal/retry: definite errors
+// and authentication/authorization failures are permanent; anything else
+// (the brokers not answering, however the client words it) is transient.
+func (s *kafkaStreamer) classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := errors.AsType[*definiteError](err); ok {
+		return retry.Permanent(err)
+	}
+	if retry.IsPermanent(err) {
+		return retry.Permanent(hint.Wrap(fmt.Errorf("replicate kafka %s: %w", strings.Join(s.cfg.Brokers, ","), err),
+			"check the credentials and ACLs of the client (SASL options) for the topics"))
+	}
+	return retry.MarkTransient(err)
 }
 
 // definiteError marks an error that retrying does not fix.

@@ -215,7 +215,7 @@ func TestStreamKafkaLimits(t *testing.T) {
 	}
 	lmu.Lock()
 	defer lmu.Unlock()
-	if n := strings.Count(logs.String(), "kafka brokers not reachable; retrying"); n < 2 {
+	if n := strings.Count(logs.String(), "replicate kafka: transient failure; retrying"); n < 2 {
 		t.Errorf("%d retries logged, want at least 2:\n%s", n, logs.String())
 	}
 }

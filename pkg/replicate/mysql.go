@@ -20,6 +20,7 @@ import (
 
 	"github.com/rtrctl/rtrctl/internal/dsn"
 	"github.com/rtrctl/rtrctl/internal/hint"
+	"github.com/rtrctl/rtrctl/internal/retry"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/myarrow"
@@ -63,6 +64,12 @@ type MySQLConfig struct {
 	FlushRows int
 	// MaxBackoff caps the wait between reconnects (default 10s).
 	MaxBackoff time.Duration
+	// RetryFor bounds how long a run of transient failures (the server
+	// restarting or killed, the network) may last before StreamMySQL gives
+	// up with a *retry.GaveUpError; 0 means forever. The first connection
+	// is retried too; permanent errors (access denied, a purged binlog,
+	// binlog settings) fail at once.
+	RetryFor time.Duration
 	// OnSession, if set, is called with the replication connection's id
 	// each time one starts (tests use it to kill it).
 	OnSession func(connID uint32)
@@ -290,8 +297,10 @@ func MariaDBStartPos(f frontier.Frontier, binlogState string) (string, error) {
 // at its GTID; progress follows each commit, and on an idle server the
 // server's GTID position once the stream has read the binlog up to where
 // that position ended (heartbeats and nudges). It returns nil once StopAt
-// is covered, ctx's error when ctx ends, else a definite error. A lost
-// connection is retried from the last complete transaction.
+// is covered, ctx's error when ctx ends, else a definite error. Transient
+// failures (internal/retry.Transient), the first connection's included,
+// are retried from the last complete transaction for at most
+// cfg.RetryFor in a row.
 func StreamMySQL(ctx context.Context, cfg MySQLConfig, sink pipe.Sink) error {
 	if cfg.Source == "" {
 		cfg.Source = "mysql"
@@ -314,14 +323,38 @@ func StreamMySQL(ctx context.Context, cfg MySQLConfig, sink pipe.Sink) error {
 	if cfg.ServerID == 0 {
 		cfg.ServerID = 1<<30 + rand.Uint32N(1<<30)
 	}
+	d, err := dsn.ParseMySQL(cfg.DSN)
+	if err != nil {
+		return hint.Wrap(fmt.Errorf("replicate mysql: %w", err), "use user:pass@tcp(host:3306)/db or mysql://user:pass@host:3306/db")
+	}
+	s := &myStreamer{cfg: cfg, sink: sink, password: d.Password}
+	defer s.release()
+	defer func() {
+		if s.srv != nil {
+			s.srv.Conn.Close()
+		}
+	}()
+	return s.run(ctx)
+}
+
+// setup connects, reads the tables and the start position and reports
+// the first progress. On an error it leaves no connection behind and can
+// be called again.
+func (s *myStreamer) setup(ctx context.Context) (err error) {
+	cfg, sink := s.cfg, s.sink
 	srv, err := ConnectMySQL(ctx, cfg.DSN)
 	if err != nil {
 		return fmt.Errorf("replicate mysql: %w", err)
 	}
-	defer srv.Conn.Close()
-	s := &myStreamer{cfg: cfg, srv: srv, sink: sink, domain: srv.Domain(),
-		tables: map[string]*myTable{}, all: len(cfg.Tables) == 0}
-	defer s.release()
+	defer func() {
+		if err != nil {
+			srv.Conn.Close()
+			s.srv = nil
+		}
+	}()
+	s.srv, s.domain = srv, srv.Domain()
+	s.release()
+	s.tables, s.all = map[string]*myTable{}, len(cfg.Tables) == 0
 	for _, name := range cfg.Tables {
 		db, tb, err := myarrow.ParseName(name)
 		if err != nil {
@@ -366,13 +399,7 @@ func StreamMySQL(ctx context.Context, cfg MySQLConfig, sink pipe.Sink) error {
 			s.progress = j
 		}
 	}
-	if err := sink.Progress("", s.progress); err != nil {
-		return err
-	}
-	if s.stopped() {
-		return nil
-	}
-	return s.run(ctx)
+	return sinkErr(sink.Progress("", s.progress))
 }
 
 // parseGoGTID reads a native position into go-mysql's GTID set.
@@ -392,12 +419,14 @@ type myTable struct {
 
 // myStreamer is one StreamMySQL call.
 type myStreamer struct {
-	cfg    MySQLConfig
-	srv    *Server
-	sink   pipe.Sink
-	domain frontier.Domain
-	tables map[string]*myTable
-	all    bool
+	cfg      MySQLConfig
+	password string // of cfg.DSN, kept out of logs
+	ready    bool   // setup done
+	srv      *Server
+	sink     pipe.Sink
+	domain   frontier.Domain
+	tables   map[string]*myTable
+	all      bool
 
 	progress frontier.Frontier
 	resume   mysql.GTIDSet // the start set plus every committed transaction
@@ -451,9 +480,24 @@ func (s *myStreamer) release() {
 var errStopAt = errors.New("stop position reached")
 
 func (s *myStreamer) run(ctx context.Context) error {
-	backoff := 100 * time.Millisecond
-	for {
-		began := time.Now()
+	policy := retry.Policy{
+		For: s.cfg.RetryFor, Max: s.cfg.MaxBackoff, Healthy: healthySession,
+		Logger: s.cfg.Logger, What: "replicate mysql", Secrets: []string{s.password},
+	}
+	err := retry.Do(ctx, policy, func(ctx context.Context) error {
+		if !s.ready {
+			if err := s.setup(ctx); err != nil {
+				// Transient failures (the server is down) are retried;
+				// anything else of the setup is definite.
+				return s.classify(err)
+			}
+			s.ready = true
+			if s.stopped() {
+				return nil
+			}
+		} else if err := s.reconnectControl(ctx); err != nil {
+			return s.classify(err)
+		}
 		started, err := s.session(ctx)
 		if errors.Is(err, errStopAt) {
 			return nil
@@ -461,40 +505,57 @@ func (s *myStreamer) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		var se *sinkError
-		if errors.As(err, &se) {
-			return se.err
-		}
-		var my *mysql.MyError
-		if errors.As(err, &my) && my.Code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG {
-			return s.fatal(my)
-		}
-		if errors.Is(err, ErrBinlogSettings) || errors.Is(err, ErrPurged) || hint.Of(err) != "" {
-			return err
-		}
-		if !started && errors.As(err, &my) {
-			return fmt.Errorf("replicate mysql %s: %w", s.srv.DSN, err)
-		}
-		if time.Since(began) > healthySession {
-			backoff = 100 * time.Millisecond
-		}
 		s.interrupted()
-		s.cfg.Logger.Warn("replicate mysql: connection lost; reconnecting", "from", s.resume.String(), "in", backoff, "error", dsn.Scrub(err.Error(), s.srv.DSN.Password))
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, s.cfg.MaxBackoff)
-		// The control connection may have died with the server.
-		if _, err := probe.Execute(ctx, s.srv.Conn, "SELECT 1"); err != nil {
-			if c, err := probe.ConnectMySQL(ctx, s.srv.DSN); err == nil {
-				s.srv.Conn.Close()
-				s.srv.Conn = c
-				_, _ = probe.Execute(ctx, c, "SET time_zone = '+00:00'")
+		err = s.classify(err)
+		if !retry.Transient(err) && !retry.IsPermanent(err) {
+			// Neither known transient nor known permanent: a server error
+			// before the stream started is definite; a stream that broke
+			// in some other way is reconnected, as it always was.
+			if _, ok := errors.AsType[*mysql.MyError](err); ok && !started {
+				return fmt.Errorf("replicate mysql %s: %w", s.srv.DSN, err)
 			}
+			return retry.MarkTransient(err)
 		}
+		return err
+	})
+	if se, ok := errors.AsType[*sinkError](err); ok {
+		return se.err
 	}
+	return err
+}
+
+// classify marks the definite errors of MySQL replication Permanent and
+// leaves the rest to internal/retry.
+func (s *myStreamer) classify(err error) error {
+	if _, ok := errors.AsType[*sinkError](err); ok {
+		return retry.Permanent(err)
+	}
+	if my, ok := errors.AsType[*mysql.MyError](err); ok && my.Code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG {
+		return retry.Permanent(s.fatal(my))
+	}
+	if errors.Is(err, ErrBinlogSettings) || errors.Is(err, ErrPurged) {
+		return retry.Permanent(err)
+	}
+	return err
+}
+
+// reconnectControl replaces the control connection when it died (with the
+// server, typically) since the last session.
+func (s *myStreamer) reconnectControl(ctx context.Context) error {
+	if _, err := probe.Execute(ctx, s.srv.Conn, "SELECT 1"); err == nil {
+		return nil
+	}
+	c, err := probe.ConnectMySQL(ctx, s.srv.DSN)
+	if err != nil {
+		return fmt.Errorf("replicate mysql: reconnect: %w", err)
+	}
+	if _, err := probe.Execute(ctx, c, "SET time_zone = '+00:00'"); err != nil {
+		c.Close()
+		return fmt.Errorf("replicate mysql: reconnect: %w", err)
+	}
+	s.srv.Conn.Close()
+	s.srv.Conn = c
+	return nil
 }
 
 // fatal explains error 1236 (the server cannot send the binlog asked for).
@@ -502,10 +563,10 @@ func (s *myStreamer) fatal(my *mysql.MyError) error {
 	msg := my.Message
 	low := strings.ToLower(msg)
 	if strings.Contains(low, "purged") || strings.Contains(low, "could not find gtid state") || strings.Contains(low, "missing the gtid") {
-		return hint.Wrap(fmt.Errorf("replicate mysql %s: %w: resuming after %s: %s", s.srv.DSN, ErrPurged, s.resume.String(), msg),
+		return hint.Wrap(dsn.WithCause(fmt.Errorf("replicate mysql %s: %w: resuming after %s: %s", s.srv.DSN, ErrPurged, s.resume.String(), msg), my),
 			"the changes since the store's last durable position are gone from the server: ingest into a new store (a fresh snapshot), and keep binlogs longer (binlog_expire_logs_seconds / expire_logs_days) than an ingest may be down")
 	}
-	return fmt.Errorf("replicate mysql %s: the server cannot send the binlog from %s: %s", s.srv.DSN, s.resume.String(), msg)
+	return dsn.WithCause(fmt.Errorf("replicate mysql %s: the server cannot send the binlog from %s: %s", s.srv.DSN, s.resume.String(), msg), my)
 }
 
 // interrupted forgets the open transaction; its handed updates are
@@ -596,7 +657,10 @@ func (s *myStreamer) session(ctx context.Context) (started bool, err error) {
 			}
 			return started, err
 		case me := <-events:
-			started = true
+			if !started {
+				started = true
+				retry.Progress(ctx)
+			}
 			if err := s.handle(ctx, me); err != nil {
 				return started, err
 			}

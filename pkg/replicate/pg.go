@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"regexp"
 	"strings"
 	"sync"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/rtrctl/rtrctl/internal/dsn"
 	"github.com/rtrctl/rtrctl/internal/hint"
+	"github.com/rtrctl/rtrctl/internal/retry"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
@@ -59,6 +58,12 @@ type PGConfig struct {
 	FlushRows, FlushBytes int
 	// MaxBackoff caps the wait between reconnects; 0 means 10s.
 	MaxBackoff time.Duration
+	// RetryFor bounds how long a run of transient failures (the server
+	// restarting, a failover, the network) may last before StreamPG gives
+	// up with a *retry.GaveUpError; 0 means forever. Transient failures are
+	// retried at any point, the first connection included; permanent ones
+	// (authentication, a missing slot or publication...) fail at once.
+	RetryFor time.Duration
 	// Nudge, when set, makes the stream send a standby status update with
 	// reply requested as soon as a value arrives, so the server reports
 	// its progress at once (real-time recency waiters use it).
@@ -73,9 +78,10 @@ var slotNameRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
 // StreamPG streams the changes of cfg.Publication from cfg.Slot to sink.
 // It returns nil once cfg.StopAt is reached, ctx's error when ctx ends,
-// and otherwise a definite error (with a hint where one helps). After the
-// stream has started, a lost connection is retried with exponential
-// backoff from the last position, without losing or repeating changes.
+// and otherwise a definite error (with a hint where one helps). Transient
+// failures (internal/retry.Transient), the first connection's included,
+// are retried with exponential backoff from the last position, without
+// losing or repeating changes, for at most cfg.RetryFor in a row.
 func StreamPG(ctx context.Context, cfg PGConfig, sink pipe.Sink) error {
 	if cfg.Publication == "" {
 		return hint.Wrap(errors.New("replicate postgres: no publication given"), "name one with --publication; create it with: CREATE PUBLICATION rtr FOR TABLE public.orders")
@@ -129,12 +135,6 @@ type pgStreamer struct {
 	acked    frontier.LSN // last flush position sent
 }
 
-// transientError marks an error after which StreamPG reconnects.
-type transientError struct{ err error }
-
-func (e *transientError) Error() string { return e.err.Error() }
-func (e *transientError) Unwrap() error { return e.err }
-
 // healthySession is how long a replication session must have lasted for
 // its loss to start the reconnect backoff afresh.
 const healthySession = 30 * time.Second
@@ -146,57 +146,51 @@ const slotInUseGraceAtStart = 5 * time.Second
 
 func (s *pgStreamer) run(ctx context.Context) error {
 	started := false
-	backoff := 100 * time.Millisecond
 	var inUseSince time.Time
-	for {
-		began := time.Now()
+	policy := retry.Policy{
+		For: s.cfg.RetryFor, Max: s.cfg.MaxBackoff, Healthy: healthySession,
+		Logger: s.cfg.Logger.With("slot", s.cfg.Slot), What: "replicate postgres", Secrets: []string{s.pcfg.Password},
+	}
+	err := retry.Do(ctx, policy, func(ctx context.Context) error {
 		err := s.session(ctx, !started, &started)
-		if time.Since(began) > healthySession {
-			// The session ran well before it broke: this is a new outage,
-			// not the next failure of the last one.
-			backoff = 100 * time.Millisecond
-		}
 		if err == nil || s.dec.done {
 			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		var te *transientError
-		inUse := errors.Is(err, errSlotInUse)
-		if !inUse && (!started || !errors.As(err, &te)) {
-			return err
+		// Whatever comes next starts from the last position again.
+		s.dec.interrupted()
+		s.closeCatalog()
+		if _, ok := errors.AsType[*sinkError](err); ok {
+			return retry.Permanent(err)
 		}
 		// A slot still held by a walsender that is going away (ours, after
 		// a reconnect; the previous reader's, right after it exited) shows
 		// as in use for a moment; give it a while before calling it
 		// definite: 30 s once streaming, 5 s at start.
-		if inUse {
-			grace := 30 * time.Second
-			if !started {
-				grace = slotInUseGraceAtStart
-			}
-			if inUseSince.IsZero() {
-				inUseSince = time.Now()
-			} else if time.Since(inUseSince) > grace {
-				return err
-			}
-		} else {
+		if !errors.Is(err, errSlotInUse) {
 			inUseSince = time.Time{}
+			return err // retry.Transient decides
 		}
-		s.dec.interrupted()
-		s.closeCatalog()
-		s.cfg.Logger.Warn("replicate postgres: connection lost; reconnecting", "slot", s.cfg.Slot, "from", s.dec.upper, "in", backoff, "error", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
+		grace := 30 * time.Second
+		if !started {
+			grace = slotInUseGraceAtStart
 		}
-		backoff = min(backoff*2, s.cfg.MaxBackoff)
-		if errors.Is(err, errSlotInUse) {
-			backoff = min(backoff, time.Second)
+		if inUseSince.IsZero() {
+			inUseSince = time.Now()
+		} else if time.Since(inUseSince) > grace {
+			return retry.Permanent(err)
 		}
+		return retry.Soon(err, time.Second)
+	})
+	if s.dec.done {
+		return nil
 	}
+	if se, ok := errors.AsType[*sinkError](err); ok {
+		return se // as the sink returned it, without the retry marker
+	}
+	return err
 }
 
 func (s *pgStreamer) closeCatalog() {
@@ -206,38 +200,13 @@ func (s *pgStreamer) closeCatalog() {
 	}
 }
 
-// transient wraps errors of the connection (not of the server's state) as
-// transientError.
-func transient(err error) error {
-	var se *sinkError
-	if err == nil || errors.As(err, &se) {
-		return err
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		// Class 57: operator intervention (admin shutdown, terminated
-		// backend, crash, cannot connect now); class 08: connection.
-		if strings.HasPrefix(pgErr.Code, "57") || strings.HasPrefix(pgErr.Code, "08") || pgErr.Code == "53300" {
-			return &transientError{err}
-		}
-		return err
-	}
-	var netErr net.Error
-	if errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err) ||
-		strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "connection reset") {
-		return &transientError{err}
-	}
-	return err
-}
-
 // session connects, checks, starts replication and streams until an error.
-// Errors of the first session are all returned as they are; later ones
-// are marked transient when the connection broke.
+// Errors keep their causes so that internal/retry can classify them.
 func (s *pgStreamer) session(ctx context.Context, first bool, started *bool) error {
 	if s.catalog == nil {
 		conn, err := probe.ConnectPostgres(ctx, s.pcfg)
 		if err != nil {
-			return transient(fmt.Errorf("replicate postgres: %w", err))
+			return fmt.Errorf("replicate postgres: %w", err)
 		}
 		s.catalog, s.types = conn, pgarrow.NewTypeResolver(conn)
 	}
@@ -246,13 +215,13 @@ func (s *pgStreamer) session(ctx context.Context, first bool, started *bool) err
 		start = s.dec.upper
 	}
 	if err := s.check(ctx, first, &start); err != nil {
-		return transient(err)
+		return err
 	}
 	rc := s.pcfg.Config.Copy()
 	rc.RuntimeParams["replication"] = "database"
 	conn, err := pgconn.ConnectConfig(ctx, rc)
 	if err != nil {
-		return transient(fmt.Errorf("replicate postgres: connect to %s for replication: %s: %w", s.masked, dsn.Scrub(err.Error(), s.pcfg.Password), errConnect))
+		return fmt.Errorf("replicate postgres: connect to %s for replication: %w: %w", s.masked, dsn.ScrubError(err, s.pcfg.Password), errConnect)
 	}
 	defer conn.Close(context.Background())
 	pub := "'" + strings.ReplaceAll(s.cfg.Publication, "'", "''") + "'"
@@ -260,7 +229,7 @@ func (s *pgStreamer) session(ctx context.Context, first bool, started *bool) err
 		PluginArgs: []string{"proto_version '1'", "publication_names " + pub},
 	})
 	if err != nil {
-		return transient(s.startError(err))
+		return s.startError(err)
 	}
 	if first {
 		if err := s.dec.progress(start); err != nil {
@@ -271,6 +240,7 @@ func (s *pgStreamer) session(ctx context.Context, first bool, started *bool) err
 		}
 	}
 	*started = true
+	retry.Progress(ctx)
 	return s.stream(ctx, conn)
 }
 
@@ -398,13 +368,14 @@ func (s *pgStreamer) startError(err error) error {
 	if errors.As(err, &pgErr) {
 		switch {
 		case pgErr.Code == "55006": // object_in_use
-			e := s.inUse(nil)
-			return &transientError{e} // our own old walsender may still hold it
+			// Our own old walsender may still hold it: run retries it
+			// for a while.
+			return dsn.WithCause(s.inUse(nil), err)
 		case pgErr.Code == "42704" && strings.Contains(pgErr.Message, "slot"):
-			return hint.Wrap(fmt.Errorf("replicate postgres: %w: %q", errSlotMissing, s.cfg.Slot),
+			return hint.Wrap(dsn.WithCause(fmt.Errorf("replicate postgres: %w: %q", errSlotMissing, s.cfg.Slot), err),
 				fmt.Sprintf("run 'rtrctl snapshot' (it creates the slot), or create it: SELECT pg_create_logical_replication_slot('%s', 'pgoutput');", s.cfg.Slot))
 		case pgErr.Code == "55000" && (strings.Contains(pgErr.Message, "invalidated") || strings.Contains(pgErr.Detail, "invalidated")):
-			return hint.Wrap(fmt.Errorf("replicate postgres: %w: %q: %s", errSlotInvalidated, s.cfg.Slot, pgErr.Message),
+			return hint.Wrap(dsn.WithCause(fmt.Errorf("replicate postgres: %w: %q: %s", errSlotInvalidated, s.cfg.Slot, pgErr.Message), err),
 				fmt.Sprintf("drop it (SELECT pg_drop_replication_slot('%s');) and re-snapshot with 'rtrctl snapshot'", s.cfg.Slot))
 		}
 	}
@@ -449,7 +420,7 @@ func (s *pgStreamer) resolve(ctx context.Context, m *pglogrepl.RelationMessage) 
 // stream receives messages until an error or StopAt.
 func (s *pgStreamer) stream(ctx context.Context, conn *pgconn.PgConn) error {
 	if err := s.status(ctx, conn, true); err != nil {
-		return transient(err)
+		return err
 	}
 	next := time.Now().Add(s.cfg.StatusInterval)
 	// A nudge wakes the receive below (a read deadline in the past) and
@@ -483,7 +454,7 @@ func (s *pgStreamer) stream(ctx context.Context, conn *pgconn.PgConn) error {
 		nudgeMu.Unlock()
 		if !time.Now().Before(next) {
 			if err := s.status(ctx, conn, true); err != nil {
-				return transient(err)
+				return err
 			}
 			next = time.Now().Add(s.cfg.StatusInterval)
 		}
@@ -497,7 +468,7 @@ func (s *pgStreamer) stream(ctx context.Context, conn *pgconn.PgConn) error {
 			if pgconn.Timeout(err) {
 				continue
 			}
-			return transient(fmt.Errorf("replicate postgres: receive: %w", err))
+			return fmt.Errorf("replicate postgres: receive: %w", err)
 		}
 		switch msg := raw.(type) {
 		case *pgproto3.CopyData:
@@ -519,8 +490,13 @@ func (s *pgStreamer) stream(ctx context.Context, conn *pgconn.PgConn) error {
 				// the WAL without waiting for the status interval. Answering
 				// each ping with write = its WAL end keeps it to one ping per
 				// step of WAL.
-				if err := s.status(ctx, conn, false); err != nil {
-					return transient(err)
+				//
+				// A ping that asks for a reply gets the durable position
+				// read afresh: a shutting-down server's walsender pings so
+				// until the flush position reaches what it sent, and only
+				// then lets the server stop (pg_ctl stop -m fast).
+				if err := s.statusUpdate(ctx, conn, false, ka.ReplyRequested); err != nil {
+					return err
 				}
 			case pglogrepl.XLogDataByteID:
 				xld, err := pglogrepl.ParseXLogData(msg.Data[1:])
@@ -532,13 +508,13 @@ func (s *pgStreamer) stream(ctx context.Context, conn *pgconn.PgConn) error {
 					return fmt.Errorf("replicate postgres: decode pgoutput message at %s: %w", frontier.LSN(xld.WALStart), err)
 				}
 				if err := s.dec.handle(ctx, m); err != nil {
-					return transient(err)
+					return err
 				}
 			}
 		case *pgproto3.ErrorResponse:
-			return transient(s.streamError(pgconn.ErrorResponseToPgError(msg)))
+			return s.streamError(pgconn.ErrorResponseToPgError(msg))
 		case *pgproto3.CopyDone:
-			return &transientError{errors.New("replicate postgres: the server ended the replication stream")}
+			return retry.MarkTransient(errors.New("replicate postgres: the server ended the replication stream"))
 		}
 	}
 	return nil
@@ -546,17 +522,24 @@ func (s *pgStreamer) stream(ctx context.Context, conn *pgconn.PgConn) error {
 
 func (s *pgStreamer) streamError(pgErr *pgconn.PgError) error {
 	if pgErr.Code == "42704" && strings.Contains(pgErr.Message, "publication") {
-		return hint.Wrap(fmt.Errorf("replicate postgres: %w: %s", errPublication, pgErr.Message),
+		return hint.Wrap(dsn.WithCause(fmt.Errorf("replicate postgres: %w: %s", errPublication, pgErr.Message), pgErr),
 			fmt.Sprintf("re-create it: CREATE PUBLICATION %s FOR TABLE ...; then re-snapshot", pgarrow.QuoteIdent(s.cfg.Publication)))
 	}
 	return fmt.Errorf("replicate postgres: replication stream: %w", pgErr)
 }
 
 // status sends a standby status update: written = the highest WAL end
-// received (for lag reports), flushed = what may be confirmed.
+// received (for lag reports), flushed = what may be confirmed. With reply
+// it asks the server to answer and reads the durable position afresh.
 func (s *pgStreamer) status(ctx context.Context, conn *pgconn.PgConn, reply bool) error {
+	return s.statusUpdate(ctx, conn, reply, reply)
+}
+
+// statusUpdate is status with the fresh read of the durable position
+// (refresh) apart from asking for a reply.
+func (s *pgStreamer) statusUpdate(ctx context.Context, conn *pgconn.PgConn, reply, refresh bool) error {
 	flush := s.acked
-	if !s.cfg.NoAck && s.cfg.Ack != nil && reply {
+	if !s.cfg.NoAck && s.cfg.Ack != nil && refresh {
 		d, err := s.cfg.Ack(ctx)
 		if err != nil {
 			return fmt.Errorf("replicate postgres: read durable position: %w", err)

@@ -47,10 +47,12 @@ func ConnectMySQL(ctx context.Context, d dsn.MySQL) (*client.Conn, error) {
 	}
 	var myErr *mysql.MyError
 	if errors.As(err, &myErr) && myErr.Code == mysql.ER_ACCESS_DENIED_ERROR {
-		return nil, hint.Wrap(fmt.Errorf("connect to %s: %w: access denied for user %q", d, errAuth, d.User),
+		return nil, hint.Wrap(dsn.WithCause(fmt.Errorf("connect to %s: %w: access denied for user %q", d, errAuth, d.User), err, d.Password),
 			"check the user and password in --dsn (or RTR_MYSQL_DSN)")
 	}
-	return nil, hint.Wrap(fmt.Errorf("connect to %s: %w: %s", d, errConnect, dsn.Scrub(err.Error(), d.Password)),
+	// The cause stays in the chain, scrubbed of the password: callers
+	// retry a refused connection or a server shutting down.
+	return nil, hint.Wrap(fmt.Errorf("connect to %s: %w: %w", d, errConnect, dsn.ScrubError(err, d.Password)),
 		fmt.Sprintf("is the MySQL/MariaDB server running and reachable at %s? check --dsn (or RTR_MYSQL_DSN)", d.Addr()))
 }
 

@@ -110,23 +110,27 @@ func ConnectPostgres(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("connect to %s: %w", masked, ctx.Err())
 	}
-	msg := dsn.Scrub(err.Error(), cfg.Password)
+	// The cause stays in the chain (internal/retry classifies it: a
+	// refused connection or a server starting up is worth retrying) with
+	// its message scrubbed of the password.
+	cause := dsn.ScrubError(err, cfg.Password)
 	var opErr *net.OpError
 	if errors.As(err, &opErr) {
-		msg = opErr.Err.Error() // "connect: connection refused", without pgx's per-address list
+		// "connect: connection refused", without pgx's per-address list.
+		cause = &dsn.Error{Msg: dsn.Scrub(opErr.Err.Error(), cfg.Password), Causes: []error{err}}
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case "28P01", "28000":
-			return nil, hint.Wrap(fmt.Errorf("connect to %s: %w for user %q (%s)", masked, errAuth, cfg.User, pgErr.Code),
+			return nil, hint.Wrap(dsn.WithCause(fmt.Errorf("connect to %s: %w for user %q (%s)", masked, errAuth, cfg.User, pgErr.Code), err, cfg.Password),
 				"check the user and password in --dsn (or PGUSER/PGPASSWORD)")
 		case "3D000":
-			return nil, hint.Wrap(fmt.Errorf("connect to %s: %w: database %q does not exist", masked, errConnect, cfg.Database),
+			return nil, hint.Wrap(dsn.WithCause(fmt.Errorf("connect to %s: %w: database %q does not exist", masked, errConnect, cfg.Database), err, cfg.Password),
 				"check the database name in --dsn (or PGDATABASE)")
 		}
 	}
-	return nil, hint.Wrap(fmt.Errorf("connect to %s: %w: %s", masked, errConnect, msg),
+	return nil, hint.Wrap(fmt.Errorf("connect to %s: %w: %w", masked, errConnect, cause),
 		fmt.Sprintf("is PostgreSQL running and reachable at %s? check --dsn (or PGHOST/PGPORT)", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))))
 }
 
