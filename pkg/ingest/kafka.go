@@ -198,10 +198,10 @@ func (k *Kafka) Resume(ctx context.Context, r Resume) error {
 }
 
 // Stream implements Source.
-func (k *Kafka) Stream(ctx context.Context, start map[string]frontier.Frontier, sink pipe.Sink, ack Ack) error {
+func (k *Kafka) Stream(ctx context.Context, r StreamRequest) error {
 	var topics []replicate.KafkaTopic
 	for _, topic := range k.cfg.Topics {
-		topics = append(topics, replicate.KafkaTopic{Name: topic, Start: start[KafkaSourceID(k.cfg.Source, topic)], Decoder: k.decs[topic]})
+		topics = append(topics, replicate.KafkaTopic{Name: topic, Start: r.Start[KafkaSourceID(k.cfg.Source, topic)], Decoder: k.decs[topic]})
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -211,7 +211,7 @@ func (k *Kafka) Stream(ctx context.Context, start map[string]frontier.Frontier, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			k.commitGroup(gctx, ack)
+			k.commitGroup(gctx, r.Ack)
 		}()
 	}
 	var partBytes int32
@@ -228,8 +228,8 @@ func (k *Kafka) Stream(ctx context.Context, start map[string]frontier.Frontier, 
 		// Whole partition chunks of a fetch per record: the reclocker
 		// holds them anyway, and an upsert decoder nets over a record.
 		FlushRows:           1 << 20,
-		FetchPartitionBytes: partBytes,
-	}, sink)
+		FetchPartitionBytes: partBytes, RetryFor: r.RetryFor,
+	}, r.Sink)
 }
 
 // Close implements Source.

@@ -147,10 +147,19 @@ func (s *sourceMetrics) Error(kind string) {
 	s.m.lastError.WithLabelValues(s.id, kind).Set(float64(time.Now().Unix()))
 }
 
-// retried counts an attempt restarted after a transient failure.
-func (s *sourceMetrics) retried() {
-	s.m.retries.WithLabelValues(s.id).Inc()
-	s.Error("retry")
+// retried counts an attempt restarted after a transient failure, for
+// every source of the run.
+func (m *Metrics) retried() {
+	m.mu.Lock()
+	srcs := make([]*sourceMetrics, 0, len(m.sources))
+	for _, s := range m.sources {
+		srcs = append(srcs, s)
+	}
+	m.mu.Unlock()
+	for _, s := range srcs {
+		m.retries.WithLabelValues(s.id).Inc()
+		s.Error("retry")
+	}
 }
 
 // Serve serves /metrics on addr until ctx ends. addr must be a loopback

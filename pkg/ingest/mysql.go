@@ -117,11 +117,11 @@ func (m *MySQL) Snapshot(ctx context.Context, _ string, collections []string, st
 
 // Stream implements Source. The binlog's position is acknowledged to no
 // one: the server keeps binlogs by its own retention.
-func (m *MySQL) Stream(ctx context.Context, start map[string]frontier.Frontier, sink pipe.Sink, _ Ack) error {
+func (m *MySQL) Stream(ctx context.Context, r StreamRequest) error {
 	return replicate.StreamMySQL(ctx, replicate.MySQLConfig{
-		DSN: m.cfg.DSN, Tables: m.tables, Known: m.schemas, StartFrontier: start[m.cfg.Source], Source: m.cfg.Source,
-		HeartbeatPeriod: m.cfg.HeartbeatPeriod, Nudge: m.nudge, Logger: m.log, OnSession: m.cfg.OnSession,
-	}, sink)
+		DSN: m.cfg.DSN, Tables: m.tables, Known: m.schemas, StartFrontier: r.Start[m.cfg.Source], Source: m.cfg.Source,
+		HeartbeatPeriod: m.cfg.HeartbeatPeriod, Nudge: m.nudge, Logger: m.log, OnSession: m.cfg.OnSession, RetryFor: r.RetryFor,
+	}, r.Sink)
 }
 
 // Nudge implements Nudger: check the server's GTID position at once.

@@ -137,9 +137,9 @@ func (p *PG) Snapshot(ctx context.Context, _ string, collections []string, _ fro
 }
 
 // Stream implements Source.
-func (p *PG) Stream(ctx context.Context, start map[string]frontier.Frontier, sink pipe.Sink, ack Ack) error {
+func (p *PG) Stream(ctx context.Context, r StreamRequest) error {
 	id := p.cfg.Source
-	startLSN := frontier.LSN(start[id].Pos())
+	startLSN := frontier.LSN(r.Start[id].Pos())
 	if startLSN <= 1 {
 		// Only snapshots are durable: they hold the tables as of the slot's
 		// start, so replication starts where the slot does.
@@ -147,13 +147,13 @@ func (p *PG) Stream(ctx context.Context, start map[string]frontier.Frontier, sin
 	}
 	return replicate.StreamPG(ctx, replicate.PGConfig{
 		DSN: p.cfg.DSN, Publication: p.cfg.Publication, Slot: p.cfg.Slot,
-		StartLSN: startLSN, Nudge: p.nudge,
+		StartLSN: startLSN, Nudge: p.nudge, RetryFor: r.RetryFor,
 		Ack: func(ctx context.Context) (frontier.LSN, error) {
-			f, err := ack(ctx, id)
+			f, err := r.Ack(ctx, id)
 			return frontier.LSN(f.Pos()), err
 		},
 		Logger: p.log,
-	}, sink)
+	}, r.Sink)
 }
 
 // Nudge implements Nudger: a standby status update with reply requested.

@@ -14,6 +14,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 
 	"github.com/rtrctl/rtrctl/internal/hint"
+	"github.com/rtrctl/rtrctl/internal/retry"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/recency"
@@ -158,7 +159,8 @@ func runOnce(ctx context.Context, src Source, st *store.Store, opts Options) (er
 		}
 		return nil
 	}, st, d.log)
-	err = src.Stream(streamCtx, start, d, d.ack)
+	retry.Progress(ctx) // this attempt got as far as streaming
+	err = src.Stream(streamCtx, StreamRequest{Start: start, Sink: d, Ack: d.ack, RetryFor: streamRetryFor(opts.RetryFor)})
 	stopStream()
 	if terr := bg.wait(); terr != nil {
 		return terr

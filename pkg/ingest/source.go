@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
 
@@ -25,17 +26,29 @@ type Source interface {
 	// or more timelines. It may read what earlier runs recorded in st (a
 	// slot name); it writes nothing.
 	Open(ctx context.Context, st *store.Store) ([]Timeline, error)
-	// Stream reads the change stream of every timeline from its start
-	// (an upper: nothing below it is sent again) and hands it to sink in
-	// source time: Data and Error by collection, Progress by collection
-	// or, for a timeline whose collections all progress together, with
-	// collection "". It returns when ctx ends or at a definite error.
-	// Anything that lets the upstream forget data (a slot's confirmed
-	// position, a consumer group's offsets) moves only up to what ack
-	// reports durable.
-	Stream(ctx context.Context, start map[string]frontier.Frontier, sink pipe.Sink, ack Ack) error
+	// Stream reads the change stream of every timeline from where r says
+	// and hands it to r.Sink until ctx ends or a definite error.
+	Stream(ctx context.Context, r StreamRequest) error
 	// Close releases what Open acquired.
 	Close() error
+}
+
+// StreamRequest is what Source.Stream is asked.
+type StreamRequest struct {
+	// Start is each timeline's start (an upper: nothing below it is sent
+	// again), by timeline id.
+	Start map[string]frontier.Frontier
+	// Sink takes the stream in source time: Data and Error by collection,
+	// Progress by collection or, for a timeline whose collections all
+	// progress together, with collection "".
+	Sink pipe.Sink
+	// Ack: anything that lets the upstream forget data (a slot's confirmed
+	// position, a consumer group's offsets) moves only up to what it
+	// reports durable.
+	Ack Ack
+	// RetryFor bounds how long transient upstream failures are retried
+	// in a row inside the stream (0: for ever); past it the stream fails.
+	RetryFor time.Duration
 }
 
 // Ack reports, for the timeline with id, the source frontier below which

@@ -205,7 +205,9 @@ func (s *kafkaStreamer) run(ctx context.Context) error {
 			return fmt.Errorf("replicate kafka: %w", ctx.Err())
 		}
 		if de, ok := errors.AsType[*definiteError](err); ok {
-			return de.err
+			// Definite whatever its cause looks like (a missing topic is
+			// a retriable Kafka error code): callers must not retry it.
+			return retry.Permanent(de.err)
 		}
 		if hint.Of(err) == "" {
 			err = hint.Wrap(err, "is the broker running and reachable? check --brokers (or RTR_KAFKA_BROKERS)")
@@ -310,7 +312,7 @@ func (s *kafkaStreamer) run(ctx context.Context) error {
 				failingSince = time.Time{}
 			} else {
 				if de, ok := errors.AsType[*definiteError](err); ok {
-					return de.err
+					return retry.Permanent(de.err)
 				}
 				if ctx.Err() != nil {
 					return fmt.Errorf("replicate kafka: %w", ctx.Err())
