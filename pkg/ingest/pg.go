@@ -15,6 +15,8 @@ package ingest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -72,7 +74,9 @@ func NewPG(cfg PGConfig) *PG {
 }
 
 // DefaultSlot is the slot name of source in st when none is given: unique
-// per store and source, so two stores never consume one slot.
+// per store and source, so two stores never consume one slot:
+// rtr_<source>_<store id>, with a hash of the source id in it when the id
+// is not all lower-case letters, digits and _ or is long.
 func DefaultSlot(st *store.Store, source string) string {
 	var b strings.Builder
 	for _, r := range strings.ToLower(source) {
@@ -82,11 +86,12 @@ func DefaultSlot(st *store.Store, source string) string {
 			b.WriteByte('_')
 		}
 	}
-	name := "rtr_" + b.String()
-	if len(name) > 46 {
-		name = name[:46]
+	name := b.String()
+	if name != source || len(name) > 30 {
+		sum := sha256.Sum256([]byte(source))
+		name = name[:min(len(name), 21)] + "_" + hex.EncodeToString(sum[:4])
 	}
-	return name + "_" + st.ID()
+	return "rtr_" + name + "_" + st.ID()
 }
 
 // Open implements Source.
