@@ -59,6 +59,9 @@ type PG struct {
 	cfg   PGConfig
 	log   *slog.Logger
 	nudge chan struct{}
+	// tables are the collections this run ingests: the slot also streams
+	// the publication's other tables, which a --tables subset drops.
+	tables map[string]bool
 }
 
 // NewPG returns the PostgreSQL source of cfg.
@@ -118,8 +121,10 @@ func (p *PG) Open(ctx context.Context, st *store.Store) ([]Timeline, error) {
 	}
 	tl := Timeline{ID: cfg.Source, Kind: "pg", Domain: frontier.DomainLSN,
 		Upstream: map[string]string{"dsn": probe.MaskedPostgres(pgcfg), "publication": cfg.Publication, "slot": cfg.Slot}}
+	p.tables = map[string]bool{}
 	for _, t := range tabs {
 		tl.Collections = append(tl.Collections, Collection{Name: t.QualifiedName(), Schema: arrow.NewSchema(t.Fields(), nil)})
+		p.tables[t.QualifiedName()] = true
 	}
 	if pr, err := probe.NewPostgres(cfg.DSN); err == nil {
 		tl.Prober = pr
@@ -158,7 +163,28 @@ func (p *PG) Stream(ctx context.Context, r StreamRequest) error {
 			return frontier.LSN(f.Pos()), err
 		},
 		Logger: p.log,
-	}, r.Sink)
+	}, onlySink{r.Sink, p.tables})
+}
+
+// onlySink passes on the data and errors of the collections in keep, and
+// all progress.
+type onlySink struct {
+	pipe.Sink
+	keep map[string]bool
+}
+
+func (s onlySink) Data(collection string, rec arrow.Record) error {
+	if !s.keep[collection] {
+		return nil
+	}
+	return s.Sink.Data(collection, rec)
+}
+
+func (s onlySink) Error(collection string, at frontier.Time, msg string) error {
+	if !s.keep[collection] {
+		return nil
+	}
+	return s.Sink.Error(collection, at, msg)
 }
 
 // Nudge implements Nudger: a standby status update with reply requested.
