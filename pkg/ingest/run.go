@@ -420,8 +420,9 @@ func (d *driver) timeline(collection string) (*timeline, error) {
 	return t, nil
 }
 
-// Data implements pipe.Sink.
-func (d *driver) Data(collection string, rec arrow.Record) error {
+// live runs fn under collection's timeline lock unless the collection has
+// a definite error (then it gets nothing more).
+func (d *driver) live(collection string, fn func(t *timeline) error) error {
 	t, err := d.timeline(collection)
 	if err != nil {
 		return err
@@ -431,7 +432,12 @@ func (d *driver) Data(collection string, rec arrow.Record) error {
 	if t.errored[collection] {
 		return nil
 	}
-	return t.rc.Data(d.ctx, collection, rec)
+	return fn(t)
+}
+
+// Data implements pipe.Sink.
+func (d *driver) Data(collection string, rec arrow.Record) error {
+	return d.live(collection, func(t *timeline) error { return t.rc.Data(d.ctx, collection, rec) })
 }
 
 // Progress implements pipe.Sink: collection "" is every timeline of the
@@ -466,18 +472,11 @@ func (d *driver) progress(t *timeline, upper frontier.Frontier) error {
 // Error implements pipe.Sink: the collection's definite error, recorded at
 // its time; the collection gets no more data.
 func (d *driver) Error(collection string, at frontier.Time, msg string) error {
-	t, err := d.timeline(collection)
-	if err != nil {
-		return err
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.errored[collection] {
-		return nil
-	}
-	t.errored[collection] = true
-	if d.opts.Metrics != nil {
-		d.opts.Metrics.source(t.ID).Error("definite")
-	}
-	return t.rc.Error(d.ctx, collection, at, strings.TrimSpace(msg))
+	return d.live(collection, func(t *timeline) error {
+		t.errored[collection] = true
+		if d.opts.Metrics != nil {
+			d.opts.Metrics.source(t.ID).Error("definite")
+		}
+		return t.rc.Error(d.ctx, collection, at, strings.TrimSpace(msg))
+	})
 }
