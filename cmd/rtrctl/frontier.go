@@ -14,7 +14,7 @@ import (
 
 type frontierOptions struct {
 	source  string // the kind, for --output json
-	up      upstream
+	up      sourceUpstream
 	output  string
 	timeout time.Duration
 }

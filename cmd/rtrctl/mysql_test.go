@@ -315,7 +315,7 @@ func startMyIngest(t *testing.T, dsnStr, dir string, tables []string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- ingest.Run(ctx, ingest.NewMySQL(ingest.MySQLConfig{DSN: dsnStr, Tables: tables}), st, ingest.Options{CompactEvery: -1})
+		done <- ingest.Run(ctx, ingest.NewMySQL(ingest.MySQLConfig{Upstream: mustMy(dsnStr), Tables: tables}), st, ingest.Options{CompactEvery: -1})
 	}()
 	t.Cleanup(func() {
 		cancel()

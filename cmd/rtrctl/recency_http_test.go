@@ -29,7 +29,7 @@ func TestWaitRecentHTTP(t *testing.T) {
 	go func() {
 		log := slog.New(slog.NewTextHandler(io.Discard, nil))
 		done <- ingest.Run(ctx, ingest.NewPG(ingest.PGConfig{
-			DSN: u.ingestDSN(), Publication: "pub", Slot: slot, Source: "pg", Logger: log,
+			Upstream: mustPG(u.ingestDSN()), Publication: "pub", Slot: slot, Source: "pg", Logger: log,
 		}), st, ingest.Options{CompactEvery: -1, RecencyAddr: "127.0.0.1:0", Logger: log})
 	}()
 	t.Cleanup(func() {

@@ -267,5 +267,5 @@ func TestReplicateCLIErrors(t *testing.T) {
 }
 
 func replicateCfg(dsn, slot string) replicate.PGConfig {
-	return replicate.PGConfig{DSN: dsn, Publication: "pub", Slot: slot, StatusInterval: 100 * time.Millisecond}
+	return replicate.PGConfig{Upstream: mustPG(dsn), Publication: "pub", Slot: slot, StatusInterval: 100 * time.Millisecond}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
 	"github.com/rtrctl/rtrctl/pkg/store"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // The Kafka source: records of topics (read_committed) at (partition,
@@ -39,9 +40,9 @@ func init() {
 			"ingest": append([]cli.Flag{&cli.StringFlag{Name: "topics", Usage: "kafka: comma-separated topics (required for kafka)"},
 				&cli.StringFlag{Name: "group", Usage: "kafka: consumer group to commit durable offsets to (monitoring only)"}}, formats("ingest")...),
 		},
-		upstream: func(c *cli.Context) (upstream, error) {
-			u := kafkaUpstream{brokers: splitList(envDefault(c, "brokers", "RTR_KAFKA_BROKERS"))}
-			if len(u.brokers) == 0 {
+		upstream: func(c *cli.Context) (sourceUpstream, error) {
+			u := kafkaUpstream{kafka: upstream.ParseKafka(envDefault(c, "brokers", "RTR_KAFKA_BROKERS"))}
+			if len(u.kafka.Brokers) == 0 {
 				return nil, usagef("pass --brokers host:port or set RTR_KAFKA_BROKERS", "no Kafka brokers given")
 			}
 			flag := "topic"
@@ -55,7 +56,7 @@ func init() {
 			return u, nil
 		},
 		replicate: replicateKafkaAction,
-		ingest: func(c *cli.Context, u upstream) (ingest.Source, error) {
+		ingest: func(c *cli.Context, u sourceUpstream) (ingest.Source, error) {
 			ku := u.(kafkaUpstream)
 			switch env := c.String("envelope"); env {
 			case "none", "upsert":
@@ -68,27 +69,32 @@ func init() {
 				}
 			}
 			return ingest.NewKafka(ingest.KafkaConfig{
-				Brokers: ku.brokers, Topics: ku.topics, Source: c.String("source-id"),
+				Brokers: ku.kafka.Brokers, Topics: ku.topics, Source: c.String("source-id"),
 				Envelope: c.String("envelope"), KeyFormat: c.String("key-format"), ValueFormat: c.String("value-format"),
 				Group: c.String("group"), MaxRecordBytes: c.Int("max-record-bytes"),
 			}), nil
 		},
 		recorded: func(info store.SourceInfo, _ string) (probe.Prober, error) {
-			return probe.NewKafka(splitList(info.Upstream["brokers"]), splitList(info.Upstream["topic"]))
+			return probe.NewKafka(upstream.ParseKafka(info.Upstream["brokers"]).Brokers, splitList(info.Upstream["topic"]))
 		},
 	})
 }
 
 // kafkaUpstream is a Kafka cluster and topics.
-type kafkaUpstream struct{ brokers, topics []string }
+type kafkaUpstream struct {
+	kafka  upstream.Kafka
+	topics []string
+}
 
-func (u kafkaUpstream) Prober() (probe.Prober, error) { return probe.NewKafka(u.brokers, u.topics) }
+func (u kafkaUpstream) Prober() (probe.Prober, error) {
+	return probe.NewKafka(u.kafka.Brokers, u.topics)
+}
 
 // errStopReached ends a Kafka replicate at --stop-at.
 var errStopReached = errors.New("stop frontier reached")
 
 // replicateKafkaAction runs 'rtrctl replicate --source kafka'.
-func replicateKafkaAction(c *cli.Context, u upstream) error {
+func replicateKafkaAction(c *cli.Context, u sourceUpstream) error {
 	cfg := u.(kafkaUpstream)
 	topic := cfg.topics[0]
 	var start, stop frontier.Frontier
@@ -123,7 +129,7 @@ func replicateKafkaAction(c *cli.Context, u upstream) error {
 	}
 	defer dec.Release()
 	kcfg := replicate.KafkaConfig{
-		Brokers: cfg.brokers, MaxRecordBytes: c.Int("max-record-bytes"),
+		Brokers: cfg.kafka.Brokers, MaxRecordBytes: c.Int("max-record-bytes"),
 		Topics: []replicate.KafkaTopic{{Name: topic, Start: start, Decoder: dec}},
 	}
 	return runReplicateKafka(c.Context, c.App.Writer, kcfg, source, stop, c.IsSet("stop-at"))

@@ -9,13 +9,13 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/rtrctl/rtrctl/internal/dsn"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/ingest"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
 	"github.com/rtrctl/rtrctl/pkg/snapshot"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // The MySQL/MariaDB source: row events of the binlog at their GTID, a
@@ -27,30 +27,34 @@ func init() {
 		flags: map[string][]cli.Flag{
 			"replicate": {&cli.StringFlag{Name: "start-gtid", Usage: "mysql: start after this GTID position (MariaDB 0-1-42, MySQL uuid:1-42; default: the server's current position)"}},
 		},
-		upstream: func(c *cli.Context) (upstream, error) {
+		upstream: func(c *cli.Context) (sourceUpstream, error) {
 			d := envDefault(c, "dsn", "RTR_MYSQL_DSN")
 			if d == "" {
 				return nil, usagef("pass --dsn user:pass@tcp(host:3306)/db or set RTR_MYSQL_DSN", "no MySQL DSN given")
 			}
-			return mysqlUpstream{dsn: d}, nil
+			my, err := upstream.ParseMySQL(d)
+			if err != nil {
+				return nil, err
+			}
+			return mysqlUpstream{my}, nil
 		},
 		snapshot:  snapshotMySQLAction,
 		replicate: replicateMySQLAction,
-		ingest: func(c *cli.Context, u upstream) (ingest.Source, error) {
+		ingest: func(c *cli.Context, u sourceUpstream) (ingest.Source, error) {
 			tables := splitList(c.String("tables"))
 			if len(tables) == 0 {
 				return nil, usagef("pass --tables db.t1,db.t2", "no --tables given")
 			}
-			return ingest.NewMySQL(ingest.MySQLConfig{DSN: u.(mysqlUpstream).dsn, Tables: tables, Parallel: c.Int("parallel"), Source: sourceID(c, "mysql")}), nil
+			return ingest.NewMySQL(ingest.MySQLConfig{Upstream: u.(mysqlUpstream).my, Tables: tables, Parallel: c.Int("parallel"), Source: sourceID(c, "mysql")}), nil
 		},
-		recorded: recordedVia(probe.NewMySQL),
+		recorded: recordedVia(upstream.ParseMySQL, probe.NewMySQL),
 	})
 }
 
-// mysqlUpstream is a MySQL/MariaDB DSN.
-type mysqlUpstream struct{ dsn string }
+// mysqlUpstream is the parsed --dsn (or $RTR_MYSQL_DSN).
+type mysqlUpstream struct{ my *upstream.MySQL }
 
-func (u mysqlUpstream) Prober() (probe.Prober, error) { return probe.NewMySQL(u.dsn) }
+func (u mysqlUpstream) Prober() (probe.Prober, error) { return probe.NewMySQL(u.my), nil }
 
 // splitList splits a comma-separated flag (also given several times).
 func splitList(vals ...string) []string {
@@ -83,8 +87,8 @@ func parseStopAt(s string) (frontier.Frontier, error) {
 }
 
 // snapshotMySQLAction runs 'rtrctl snapshot --source mysql'.
-func snapshotMySQLAction(c *cli.Context, u upstream) error {
-	cfg := snapshot.MySQLConfig{DSN: u.(mysqlUpstream).dsn, Tables: splitList(c.StringSlice("tables")...), Parallel: c.Int("parallel"), Source: "mysql"}
+func snapshotMySQLAction(c *cli.Context, u sourceUpstream) error {
+	cfg := snapshot.MySQLConfig{Upstream: u.(mysqlUpstream).my, Tables: splitList(c.StringSlice("tables")...), Parallel: c.Int("parallel"), Source: "mysql"}
 	if len(cfg.Tables) == 0 {
 		return usagef("pass --tables db.t1,db.t2", "no --tables given")
 	}
@@ -110,10 +114,7 @@ func runSnapshotMySQL(ctx context.Context, w, e io.Writer, cfg snapshot.MySQLCon
 	if err := pw.Close(); err != nil {
 		return err
 	}
-	where := "mysql"
-	if d, err := dsn.ParseMySQL(cfg.DSN); err == nil {
-		where = d.String()
-	}
+	where := cfg.Upstream.String()
 	lock := ""
 	if res.Locked {
 		lock = " (under FLUSH TABLES WITH READ LOCK)"
@@ -132,8 +133,8 @@ func runSnapshotMySQL(ctx context.Context, w, e io.Writer, cfg snapshot.MySQLCon
 }
 
 // replicateMySQLAction runs 'rtrctl replicate --source mysql'.
-func replicateMySQLAction(c *cli.Context, u upstream) error {
-	cfg := replicate.MySQLConfig{DSN: u.(mysqlUpstream).dsn, Tables: splitList(c.String("tables")), Start: c.String("start-gtid"), Source: "mysql"}
+func replicateMySQLAction(c *cli.Context, u sourceUpstream) error {
+	cfg := replicate.MySQLConfig{Upstream: u.(mysqlUpstream).my, Tables: splitList(c.String("tables")), Start: c.String("start-gtid"), Source: "mysql"}
 	if c.String("source-id") != "" {
 		cfg.Source = c.String("source-id")
 	}

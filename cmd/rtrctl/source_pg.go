@@ -16,6 +16,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/replicate"
 	"github.com/rtrctl/rtrctl/pkg/snapshot"
 	"github.com/rtrctl/rtrctl/pkg/store"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // The PostgreSQL source: pgoutput logical replication from a slot, a
@@ -36,28 +37,33 @@ func init() {
 			},
 			"ingest": {pubFlag, slotFlag("pg: the permanent logical replication slot (default: the one the store recorded for the source, else rtr_<source-id>_<store id>)")},
 		},
-		upstream: func(c *cli.Context) (upstream, error) {
-			return pgUpstream{dsn: envDefault(c, "dsn", "RTR_PG_DSN")}, nil
+		upstream: func(c *cli.Context) (sourceUpstream, error) {
+			pg, err := upstream.ParsePostgres(envDefault(c, "dsn", "RTR_PG_DSN"))
+			if err != nil {
+				return nil, err
+			}
+			return pgUpstream{pg}, nil
 		},
 		snapshot:  snapshotPGAction,
 		replicate: replicatePGAction,
-		ingest: func(c *cli.Context, u upstream) (ingest.Source, error) {
+		ingest: func(c *cli.Context, u sourceUpstream) (ingest.Source, error) {
 			if c.String("publication") == "" {
 				return nil, usagef("pass --publication NAME (CREATE PUBLICATION rtr FOR TABLE ...)", "no --publication given")
 			}
 			return ingest.NewPG(ingest.PGConfig{
-				DSN: u.(pgUpstream).dsn, Publication: c.String("publication"), Slot: c.String("slot"),
+				Upstream: u.(pgUpstream).pg, Publication: c.String("publication"), Slot: c.String("slot"),
 				Tables: splitList(c.String("tables")), Parallel: c.Int("parallel"), Source: sourceID(c, "pg"),
 			}), nil
 		},
-		recorded: recordedVia(probe.NewPostgres),
+		recorded: recordedVia(upstream.ParsePostgres, probe.NewPostgres),
 	})
 }
 
-// pgUpstream is a PostgreSQL DSN (empty: the PG* environment).
-type pgUpstream struct{ dsn string }
+// pgUpstream is the parsed --dsn (or $RTR_PG_DSN, else the PG*
+// environment).
+type pgUpstream struct{ pg *upstream.Postgres }
 
-func (u pgUpstream) Prober() (probe.Prober, error) { return probe.NewPostgres(u.dsn) }
+func (u pgUpstream) Prober() (probe.Prober, error) { return probe.NewPostgres(u.pg), nil }
 
 // sourceID is --source-id, or def.
 func sourceID(c *cli.Context, def string) string {
@@ -67,10 +73,10 @@ func sourceID(c *cli.Context, def string) string {
 	return def
 }
 
-func snapshotPGAction(c *cli.Context, u upstream) error {
+func snapshotPGAction(c *cli.Context, u sourceUpstream) error {
 	opts := snapshotOptions{
 		cfg: snapshot.Config{
-			DSN:         u.(pgUpstream).dsn,
+			Upstream:    u.(pgUpstream).pg,
 			Publication: c.String("publication"),
 			Slot:        c.String("slot"),
 			Parallel:    c.Int("parallel"),
@@ -111,10 +117,7 @@ func runSnapshot(ctx context.Context, w io.Writer, opts snapshotOptions) error {
 	if err := pw.Close(); err != nil {
 		return err
 	}
-	where := "postgres"
-	if cfg, err := probe.ParsePostgresDSN(opts.cfg.DSN); err == nil {
-		where = probe.MaskedPostgres(cfg)
-	}
+	where := opts.cfg.Upstream.String()
 	created := ""
 	if res.SlotCreated {
 		created = " (created)"
@@ -138,9 +141,9 @@ type replicateOptions struct {
 	source string // source id in the pipe
 }
 
-func replicatePGAction(c *cli.Context, u upstream) error {
+func replicatePGAction(c *cli.Context, u sourceUpstream) error {
 	opts := replicateOptions{source: "pg", cfg: replicate.PGConfig{
-		DSN:            u.(pgUpstream).dsn,
+		Upstream:       u.(pgUpstream).pg,
 		Publication:    c.String("publication"),
 		Slot:           c.String("slot"),
 		StatusInterval: c.Duration("status-interval"),

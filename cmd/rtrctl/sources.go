@@ -28,22 +28,24 @@ type sourceKind struct {
 	// in sourceFlags or the command.
 	flags map[string][]cli.Flag
 	// upstream parses the upstream from the flags (with environment
-	// defaults): the typed configuration every stage of the kind uses.
-	upstream func(c *cli.Context) (upstream, error)
+	// defaults), the one place a kind's DSN is parsed: the typed
+	// configuration every stage of the kind uses.
+	upstream func(c *cli.Context) (sourceUpstream, error)
 	// snapshot and replicate run those commands.
-	snapshot  func(c *cli.Context, u upstream) error
-	replicate func(c *cli.Context, u upstream) error
+	snapshot  func(c *cli.Context, u sourceUpstream) error
+	replicate func(c *cli.Context, u sourceUpstream) error
 	// ingest makes the kind's ingest.Source from the flags.
-	ingest func(c *cli.Context, u upstream) (ingest.Source, error)
+	ingest func(c *cli.Context, u sourceUpstream) (ingest.Source, error)
 	// recorded makes a prober of the upstream an ingest recorded in the
 	// store (its masked DSN with password put back), for wait-recent and
 	// status without a running ingest.
 	recorded func(info store.SourceInfo, password string) (probe.Prober, error)
 }
 
-// upstream is a kind's parsed upstream, which its stages take as it is
-// (each kind asserts its own type); every upstream can be probed.
-type upstream interface {
+// sourceUpstream is a kind's parsed upstream (pkg/upstream), which its
+// stages take as it is (each kind asserts its own type); every upstream
+// can be probed.
+type sourceUpstream interface {
 	// Prober reads the upstream frontier.
 	Prober() (probe.Prober, error)
 }
@@ -73,7 +75,7 @@ func kindNamed(name string) *sourceKind {
 }
 
 // lookupSource returns the kind of --source, with its parsed upstream.
-func lookupSource(c *cli.Context) (*sourceKind, upstream, error) {
+func lookupSource(c *cli.Context) (*sourceKind, sourceUpstream, error) {
 	name := c.String("source")
 	if name == "" {
 		return nil, nil, usagef("use "+sourceNames(), "no --source given")
@@ -142,14 +144,19 @@ func recordedProber(info store.SourceInfo, password string) (probe.Prober, error
 }
 
 // recordedVia is a sourceKind.recorded for kinds that record a URL DSN:
-// newProber of the recorded DSN with the password put back.
-func recordedVia[P probe.Prober](newProber func(dsn string) (P, error)) func(store.SourceInfo, string) (probe.Prober, error) {
+// newProber of the recorded DSN, parsed with parse, with the password put
+// back.
+func recordedVia[U any, P probe.Prober](parse func(dsn string) (U, error), newProber func(U) P) func(store.SourceInfo, string) (probe.Prober, error) {
 	return func(info store.SourceInfo, password string) (probe.Prober, error) {
 		d, err := recordedDSN(info, password)
 		if err != nil {
 			return nil, err
 		}
-		return newProber(d)
+		u, err := parse(d)
+		if err != nil {
+			return nil, err
+		}
+		return newProber(u), nil
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/store"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 func statusCommand() *cli.Command {
@@ -42,12 +43,22 @@ Examples:
 			if out != "text" && out != "json" {
 				return usagef("use --output text or json", "bad --output %q", out)
 			}
-			return runStatus(c.Context, c.App.Writer, statusOptions{dir: dir, dsn: c.String("dsn"), output: out})
+			opts := statusOptions{dir: dir, output: out}
+			if d := c.String("dsn"); d != "" {
+				if opts.pg, err = upstream.ParsePostgres(d); err != nil {
+					return err
+				}
+			}
+			return runStatus(c.Context, c.App.Writer, opts)
 		},
 	}
 }
 
-type statusOptions struct{ dir, dsn, output string }
+type statusOptions struct {
+	dir, output string
+	// pg is the PostgreSQL upstream to measure the lag against (--dsn).
+	pg *upstream.Postgres
+}
 
 // statusJSON is the JSON form of `rtrctl status`. System times are numbers
 // (milliseconds since the Unix epoch).
@@ -104,11 +115,8 @@ func runStatus(ctx context.Context, w io.Writer, opts statusOptions) error {
 		if len(bs) > 0 {
 			last := bs[len(bs)-1]
 			s.LastBound, s.Frontier = last.Time, &last.Frontier
-			if opts.dsn != "" && last.Frontier.Domain() == frontier.DomainLSN {
-				p, err := probe.NewPostgres(opts.dsn)
-				if err != nil {
-					return err
-				}
+			if opts.pg != nil && last.Frontier.Domain() == frontier.DomainLSN {
+				p := probe.NewPostgres(opts.pg)
 				res, err := p.Probe(ctx)
 				p.Close()
 				if err != nil {

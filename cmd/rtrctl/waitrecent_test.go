@@ -146,7 +146,7 @@ func rrRunIngest(t *testing.T, u *rrUpstream, dir, source, slot string) *rrInges
 	}
 	go func() {
 		ing.done <- ingest.Run(ctx, ingest.NewPG(ingest.PGConfig{
-			DSN: u.ingestDSN(), Publication: "pub", Slot: slot, Source: source, Logger: log,
+			Upstream: mustPG(u.ingestDSN()), Publication: "pub", Slot: slot, Source: source, Logger: log,
 		}), st, ingest.Options{CompactEvery: -1, Logger: log})
 	}()
 	t.Cleanup(func() {

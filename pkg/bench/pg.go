@@ -18,6 +18,7 @@ import (
 	"github.com/rtrctl/rtrctl/internal/servers"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/store"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // PostgreSQL defaults.
@@ -74,8 +75,14 @@ func RunPG(ctx context.Context, cfg PGConfig) (*Result, error) {
 		defer stop()
 		cfg.DSN = pg.DSN()
 	}
+	// Parsed once for the load's own connections; the ingest under test
+	// gets the string, as a user would give it.
+	up, err := upstream.ParsePostgres(cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("bench pg: %w", err)
+	}
 	suffix := strconv.FormatUint(rand.Uint64()%1e9, 36)
-	w := &pgLoad{cfg: cfg, table: "rtr_bench_" + suffix}
+	w := &pgLoad{cfg: cfg, up: up, table: "rtr_bench_" + suffix}
 	if err := w.setup(ctx); err != nil {
 		return nil, err
 	}
@@ -104,6 +111,7 @@ type txnPoint struct {
 
 type pgLoad struct {
 	cfg   PGConfig
+	up    *upstream.Postgres
 	table string
 	mon   *pgx.Conn // observe and nudge
 	// base is the insert LSN after setup: the table was empty below it,
@@ -130,9 +138,9 @@ func (p *pgLoad) ingestArgs(dir string) ([]string, []string) {
 }
 
 func (p *pgLoad) setup(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, p.cfg.DSN)
+	conn, err := p.up.Connect(ctx)
 	if err != nil {
-		return fmt.Errorf("bench pg: connect: %w", err)
+		return fmt.Errorf("bench pg: %w", err)
 	}
 	p.mon = conn
 	for _, q := range []string{
@@ -206,9 +214,9 @@ func (p *pgLoad) produce(ctx context.Context, d time.Duration) (time.Duration, e
 	}
 	var wg sync.WaitGroup
 	for wi := 0; wi < p.cfg.Connections; wi++ {
-		conn, err := pgx.Connect(ctx, p.cfg.DSN)
+		conn, err := p.up.Connect(ctx)
 		if err != nil {
-			fail(fmt.Errorf("writer: connect: %w", err))
+			fail(fmt.Errorf("writer: %w", err))
 			break
 		}
 		wg.Add(1)

@@ -16,11 +16,13 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/replicate"
 	"github.com/rtrctl/rtrctl/pkg/snapshot"
 	"github.com/rtrctl/rtrctl/pkg/store"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // MySQLConfig configures an ingest of MySQL or MariaDB tables.
 type MySQLConfig struct {
-	DSN string
+	// Upstream is the server (upstream.ParseMySQL).
+	Upstream *upstream.MySQL
 	// Tables to ingest, db.table (required).
 	Tables []string
 	// Parallel snapshot connections.
@@ -67,7 +69,7 @@ func (m *MySQL) Open(ctx context.Context, _ *store.Store) ([]Timeline, error) {
 	if len(cfg.Tables) == 0 {
 		return nil, hint.Wrap(fmt.Errorf("ingest %s: no tables given", cfg.Source), "name them with --tables db.t1,db.t2")
 	}
-	srv, err := replicate.ConnectMySQL(ctx, cfg.DSN)
+	srv, err := replicate.OpenServer(ctx, cfg.Upstream)
 	if err != nil {
 		return nil, fmt.Errorf("ingest %s: %w", cfg.Source, err)
 	}
@@ -77,7 +79,7 @@ func (m *MySQL) Open(ctx context.Context, _ *store.Store) ([]Timeline, error) {
 		kind = "mariadb"
 	}
 	m.schemas, m.tables = map[string]*myarrow.Table{}, nil
-	tl := Timeline{ID: cfg.Source, Kind: kind, Domain: srv.Domain(), Upstream: map[string]string{"dsn": srv.DSN.String()}}
+	tl := Timeline{ID: cfg.Source, Kind: kind, Domain: srv.Domain(), Upstream: map[string]string{"dsn": srv.Upstream.String()}}
 	for _, name := range cfg.Tables {
 		db, tn, err := myarrow.ParseName(name)
 		if err != nil {
@@ -94,9 +96,7 @@ func (m *MySQL) Open(ctx context.Context, _ *store.Store) ([]Timeline, error) {
 		m.tables = append(m.tables, t.QualifiedName())
 		tl.Collections = append(tl.Collections, Collection{Name: t.QualifiedName(), Schema: arrow.NewSchema(t.Fields(), nil)})
 	}
-	if pr, err := probe.NewMySQL(cfg.DSN); err == nil {
-		tl.Prober = pr
-	}
+	tl.Prober = probe.NewMySQL(cfg.Upstream)
 	return []Timeline{tl}, nil
 }
 
@@ -106,7 +106,7 @@ func (m *MySQL) Snapshot(ctx context.Context, _ string, collections []string, st
 		start = frontier.Frontier{} // the snapshot picks time 0's position
 	}
 	res, err := snapshot.MySQL(ctx, snapshot.MySQLConfig{
-		DSN: m.cfg.DSN, Tables: collections, Start: start, Parallel: m.cfg.Parallel, Source: m.cfg.Source, Logger: m.log,
+		Upstream: m.cfg.Upstream, Tables: collections, Start: start, Parallel: m.cfg.Parallel, Source: m.cfg.Source, Logger: m.log,
 	}, sink)
 	if err != nil {
 		return err
@@ -119,7 +119,7 @@ func (m *MySQL) Snapshot(ctx context.Context, _ string, collections []string, st
 // one: the server keeps binlogs by its own retention.
 func (m *MySQL) Stream(ctx context.Context, r StreamRequest) error {
 	return replicate.StreamMySQL(ctx, replicate.MySQLConfig{
-		DSN: m.cfg.DSN, Tables: m.tables, Known: m.schemas, StartFrontier: r.Start[m.cfg.Source], Source: m.cfg.Source,
+		Upstream: m.cfg.Upstream, Tables: m.tables, Known: m.schemas, StartFrontier: r.Start[m.cfg.Source], Source: m.cfg.Source,
 		HeartbeatPeriod: m.cfg.HeartbeatPeriod, Nudge: m.nudge, Logger: m.log, OnSession: m.cfg.OnSession, RetryFor: r.RetryFor,
 	}, r.Sink)
 }

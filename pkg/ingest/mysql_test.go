@@ -37,7 +37,7 @@ func startMyIngest(t *testing.T, m *testenv.MariaDB, tables []string) *myIngest 
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &myIngest{st: st, cancel: cancel, done: make(chan error, 1)}
 	go func() {
-		r.done <- Run(ctx, NewMySQL(MySQLConfig{DSN: m.URL(), Tables: tables,
+		r.done <- Run(ctx, NewMySQL(MySQLConfig{Upstream: mustMy(m.URL()), Tables: tables,
 			OnSession: func(id uint32) {
 				r.mu.Lock()
 				r.sessions = append(r.sessions, id)

@@ -33,11 +33,13 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/replicate"
 	"github.com/rtrctl/rtrctl/pkg/snapshot"
 	"github.com/rtrctl/rtrctl/pkg/store"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // PGConfig configures an ingest of PostgreSQL tables.
 type PGConfig struct {
-	DSN         string
+	// Upstream is the database (upstream.ParsePostgres).
+	Upstream    *upstream.Postgres
 	Publication string
 	// Slot is the permanent logical replication slot; default: the slot
 	// the store recorded for Source, else DefaultSlot(Store, Source).
@@ -111,24 +113,21 @@ func (p *PG) Open(ctx context.Context, st *store.Store) ([]Timeline, error) {
 	if cfg.Publication == "" {
 		return nil, hint.Wrap(fmt.Errorf("ingest %s: no publication given", cfg.Source), "pass --publication NAME (CREATE PUBLICATION rtr FOR TABLE ...)")
 	}
-	pgcfg, err := probe.ParsePostgresDSN(cfg.DSN)
-	if err != nil {
-		return nil, err
+	if cfg.Upstream == nil {
+		return nil, fmt.Errorf("ingest %s: no upstream given", cfg.Source)
 	}
-	tabs, err := resolveTables(ctx, pgcfg, cfg.Publication, cfg.Tables)
+	tabs, err := resolveTables(ctx, cfg.Upstream, cfg.Publication, cfg.Tables)
 	if err != nil {
 		return nil, fmt.Errorf("ingest %s: %w", cfg.Source, err)
 	}
 	tl := Timeline{ID: cfg.Source, Kind: "pg", Domain: frontier.DomainLSN,
-		Upstream: map[string]string{"dsn": probe.MaskedPostgres(pgcfg), "publication": cfg.Publication, "slot": cfg.Slot}}
+		Upstream: map[string]string{"dsn": cfg.Upstream.String(), "publication": cfg.Publication, "slot": cfg.Slot}}
 	p.tables = map[string]bool{}
 	for _, t := range tabs {
 		tl.Collections = append(tl.Collections, Collection{Name: t.QualifiedName(), Schema: arrow.NewSchema(t.Fields(), nil)})
 		p.tables[t.QualifiedName()] = true
 	}
-	if pr, err := probe.NewPostgres(cfg.DSN); err == nil {
-		tl.Prober = pr
-	}
+	tl.Prober = probe.NewPostgres(cfg.Upstream)
 	return []Timeline{tl}, nil
 }
 
@@ -137,7 +136,7 @@ func (p *PG) Open(ctx context.Context, st *store.Store) ([]Timeline, error) {
 // every collection has made durable, so it is still there).
 func (p *PG) Snapshot(ctx context.Context, _ string, collections []string, _ frontier.Frontier, sink pipe.Sink) error {
 	res, err := snapshot.PG(ctx, snapshot.Config{
-		DSN: p.cfg.DSN, Publication: p.cfg.Publication, Slot: p.cfg.Slot, Tables: collections, Parallel: p.cfg.Parallel, Logger: p.log,
+		Upstream: p.cfg.Upstream, Publication: p.cfg.Publication, Slot: p.cfg.Slot, Tables: collections, Parallel: p.cfg.Parallel, Logger: p.log,
 	}, sink)
 	if err != nil {
 		return err
@@ -156,7 +155,7 @@ func (p *PG) Stream(ctx context.Context, r StreamRequest) error {
 		startLSN = 0
 	}
 	return replicate.StreamPG(ctx, replicate.PGConfig{
-		DSN: p.cfg.DSN, Publication: p.cfg.Publication, Slot: p.cfg.Slot,
+		Upstream: p.cfg.Upstream, Publication: p.cfg.Publication, Slot: p.cfg.Slot,
 		StartLSN: startLSN, Nudge: p.nudge, RetryFor: r.RetryFor,
 		Ack: func(ctx context.Context) (frontier.LSN, error) {
 			f, err := r.Ack(ctx, id)
@@ -199,8 +198,8 @@ func (p *PG) Nudge(string) {
 func (p *PG) Close() error { return nil }
 
 // resolveTables loads the tables to ingest.
-func resolveTables(ctx context.Context, cfg *pgx.ConnConfig, publication string, tables []string) ([]*pgarrow.Table, error) {
-	conn, err := probe.ConnectPostgres(ctx, cfg)
+func resolveTables(ctx context.Context, up *upstream.Postgres, publication string, tables []string) ([]*pgarrow.Table, error) {
+	conn, err := up.Connect(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -100,7 +100,7 @@ func TestReplicateErrors(t *testing.T) {
 func TestReplicateWalLevel(t *testing.T) {
 	pg := testenv.StartPostgres(t, testenv.PostgresOptions{WalLevel: "replica"})
 	dsn := pg.CreateDatabase(t)
-	err := streamErr(t, replicate.PGConfig{DSN: dsn, Publication: "pub", Slot: "rtr_x"})
+	err := streamErr(t, replicate.PGConfig{Upstream: mustPG(dsn), Publication: "pub", Slot: "rtr_x"})
 	wantErr(t, err, pg, `wal_level is "replica", but logical replication needs wal_level=logical`, "ALTER SYSTEM SET wal_level = logical")
 }
 

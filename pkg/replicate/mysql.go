@@ -22,15 +22,15 @@ import (
 	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/internal/retry"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
-	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/myarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // MySQLConfig configures StreamMySQL.
 type MySQLConfig struct {
-	// DSN: user:pass@tcp(host:port)/db or mysql://user:pass@host:port/db.
-	DSN string
+	// Upstream is the server (upstream.ParseMySQL).
+	Upstream *upstream.MySQL
 	// Tables to stream (db.table). Empty means every table in the binlog
 	// outside the system schemas, described when first seen.
 	Tables []string
@@ -121,7 +121,7 @@ func readBinlogSettings(ctx context.Context, conn *client.Conn, mariadb bool) (m
 	if !mariadb {
 		q += ", @@global.gtid_mode"
 	}
-	r, err := probe.Execute(ctx, conn, q)
+	r, err := upstream.Execute(ctx, conn, q)
 	if err != nil {
 		return nil, fmt.Errorf("read binlog settings: %w", err)
 	}
@@ -136,10 +136,10 @@ func readBinlogSettings(ctx context.Context, conn *client.Conn, mariadb bool) (m
 
 // Server is what StreamMySQL (and the MySQL snapshot) know about a server.
 type Server struct {
-	Conn    *client.Conn
-	DSN     dsn.MySQL
-	MariaDB bool
-	UUID    string // MySQL @@server_uuid, lowercase
+	Conn     *client.Conn
+	Upstream *upstream.MySQL
+	MariaDB  bool
+	UUID     string // MySQL @@server_uuid, lowercase
 }
 
 // Domain is the time domain of the server's GTIDs.
@@ -150,18 +150,18 @@ func (s *Server) Domain() frontier.Domain {
 	return frontier.DomainMySQL
 }
 
-// ConnectMySQL connects, detects the flavor and checks the binlog settings.
-func ConnectMySQL(ctx context.Context, dsnStr string) (*Server, error) {
-	d, err := dsn.ParseMySQL(dsnStr)
-	if err != nil {
-		return nil, hint.Wrap(err, "use user:pass@tcp(host:3306)/db or mysql://user:pass@host:3306/db")
+// OpenServer connects to u, detects the flavor and checks the binlog
+// settings.
+func OpenServer(ctx context.Context, u *upstream.MySQL) (*Server, error) {
+	if u == nil {
+		return nil, errors.New("no mysql upstream given")
 	}
-	conn, err := probe.ConnectMySQL(ctx, d)
+	conn, err := u.Connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Conn: conn, DSN: d}
-	if s.MariaDB, err = probe.IsMariaDB(ctx, conn); err != nil {
+	s := &Server{Conn: conn, Upstream: u}
+	if s.MariaDB, err = upstream.IsMariaDB(ctx, conn); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -171,13 +171,13 @@ func ConnectMySQL(ctx context.Context, dsnStr string) (*Server, error) {
 	}
 	if err == nil && !s.MariaDB {
 		var r *mysql.Result
-		if r, err = probe.Execute(ctx, conn, "SELECT @@server_uuid"); err == nil {
+		if r, err = upstream.Execute(ctx, conn, "SELECT @@server_uuid"); err == nil {
 			u, _ := r.GetString(0, 0)
 			s.UUID = strings.ToLower(u)
 		}
 	}
 	if err == nil {
-		_, err = probe.Execute(ctx, conn, "SET time_zone = '+00:00'")
+		_, err = upstream.Execute(ctx, conn, "SET time_zone = '+00:00'")
 	}
 	if err != nil {
 		conn.Close()
@@ -193,7 +193,7 @@ func (s *Server) Position(ctx context.Context) (string, frontier.Frontier, error
 	if s.MariaDB {
 		q = "SELECT @@global.gtid_binlog_pos"
 	}
-	r, err := probe.Execute(ctx, s.Conn, q)
+	r, err := upstream.Execute(ctx, s.Conn, q)
 	if err != nil {
 		return "", frontier.Frontier{}, fmt.Errorf("read gtid position: %w", err)
 	}
@@ -230,7 +230,7 @@ func (s *Server) PositionOf(ctx context.Context, f frontier.Frontier) (string, e
 	if !s.MariaDB {
 		return frontier.GTIDSetOf(f).String(), nil
 	}
-	r, err := probe.Execute(ctx, s.Conn, "SELECT @@global.gtid_binlog_state")
+	r, err := upstream.Execute(ctx, s.Conn, "SELECT @@global.gtid_binlog_state")
 	if err != nil {
 		return "", fmt.Errorf("read gtid_binlog_state: %w", err)
 	}
@@ -323,11 +323,10 @@ func StreamMySQL(ctx context.Context, cfg MySQLConfig, sink pipe.Sink) error {
 	if cfg.ServerID == 0 {
 		cfg.ServerID = 1<<30 + rand.Uint32N(1<<30)
 	}
-	d, err := dsn.ParseMySQL(cfg.DSN)
-	if err != nil {
-		return hint.Wrap(fmt.Errorf("replicate mysql: %w", err), "use user:pass@tcp(host:3306)/db or mysql://user:pass@host:3306/db")
+	if cfg.Upstream == nil {
+		return errors.New("replicate mysql: no upstream given")
 	}
-	s := &myStreamer{cfg: cfg, sink: sink, password: d.Password}
+	s := &myStreamer{cfg: cfg, sink: sink, password: cfg.Upstream.Password()}
 	defer s.release()
 	defer func() {
 		if s.srv != nil {
@@ -342,7 +341,7 @@ func StreamMySQL(ctx context.Context, cfg MySQLConfig, sink pipe.Sink) error {
 // be called again.
 func (s *myStreamer) setup(ctx context.Context) (err error) {
 	cfg, sink := s.cfg, s.sink
-	srv, err := ConnectMySQL(ctx, cfg.DSN)
+	srv, err := OpenServer(ctx, cfg.Upstream)
 	if err != nil {
 		return fmt.Errorf("replicate mysql: %w", err)
 	}
@@ -420,7 +419,7 @@ type myTable struct {
 // myStreamer is one StreamMySQL call.
 type myStreamer struct {
 	cfg      MySQLConfig
-	password string // of cfg.DSN, kept out of logs
+	password string // of cfg.Upstream, kept out of logs
 	ready    bool   // setup done
 	srv      *Server
 	sink     pipe.Sink
@@ -512,7 +511,7 @@ func (s *myStreamer) run(ctx context.Context) error {
 			// before the stream started is definite; a stream that broke
 			// in some other way is reconnected, as it always was.
 			if _, ok := errors.AsType[*mysql.MyError](err); ok && !started {
-				return fmt.Errorf("replicate mysql %s: %w", s.srv.DSN, err)
+				return fmt.Errorf("replicate mysql %s: %w", s.srv.Upstream, err)
 			}
 			return retry.MarkTransient(err)
 		}
@@ -542,14 +541,14 @@ func (s *myStreamer) classify(err error) error {
 // reconnectControl replaces the control connection when it died (with the
 // server, typically) since the last session.
 func (s *myStreamer) reconnectControl(ctx context.Context) error {
-	if _, err := probe.Execute(ctx, s.srv.Conn, "SELECT 1"); err == nil {
+	if _, err := upstream.Execute(ctx, s.srv.Conn, "SELECT 1"); err == nil {
 		return nil
 	}
-	c, err := probe.ConnectMySQL(ctx, s.srv.DSN)
+	c, err := s.srv.Upstream.Connect(ctx)
 	if err != nil {
 		return fmt.Errorf("replicate mysql: reconnect: %w", err)
 	}
-	if _, err := probe.Execute(ctx, c, "SET time_zone = '+00:00'"); err != nil {
+	if _, err := upstream.Execute(ctx, c, "SET time_zone = '+00:00'"); err != nil {
 		c.Close()
 		return fmt.Errorf("replicate mysql: reconnect: %w", err)
 	}
@@ -563,10 +562,10 @@ func (s *myStreamer) fatal(my *mysql.MyError) error {
 	msg := my.Message
 	low := strings.ToLower(msg)
 	if strings.Contains(low, "purged") || strings.Contains(low, "could not find gtid state") || strings.Contains(low, "missing the gtid") {
-		return hint.Wrap(dsn.WithCause(fmt.Errorf("replicate mysql %s: %w: resuming after %s: %s", s.srv.DSN, ErrPurged, s.resume.String(), msg), my),
+		return hint.Wrap(dsn.WithCause(fmt.Errorf("replicate mysql %s: %w: resuming after %s: %s", s.srv.Upstream, ErrPurged, s.resume.String(), msg), my),
 			"the changes since the store's last durable position are gone from the server: ingest into a new store (a fresh snapshot), and keep binlogs longer (binlog_expire_logs_seconds / expire_logs_days) than an ingest may be down")
 	}
-	return dsn.WithCause(fmt.Errorf("replicate mysql %s: the server cannot send the binlog from %s: %s", s.srv.DSN, s.resume.String(), msg), my)
+	return dsn.WithCause(fmt.Errorf("replicate mysql %s: the server cannot send the binlog from %s: %s", s.srv.Upstream, s.resume.String(), msg), my)
 }
 
 // interrupted forgets the open transaction; its handed updates are
@@ -597,7 +596,7 @@ func (s *myStreamer) session(ctx context.Context) (started bool, err error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID: s.cfg.ServerID, Flavor: flavor,
-		Host: s.srv.DSN.Host, Port: uint16(s.srv.DSN.Port), User: s.srv.DSN.User, Password: s.srv.DSN.Password,
+		Host: s.srv.Upstream.Host(), Port: uint16(s.srv.Upstream.Port()), User: s.srv.Upstream.User(), Password: s.srv.Upstream.Password(),
 		HeartbeatPeriod: s.cfg.HeartbeatPeriod, DisableRetrySync: true, TimestampStringLocation: time.UTC,
 		Logger: quiet, DiscardGTIDSet: true,
 		SynchronousEventHandler: handlerFunc(func(e *replication.BinlogEvent) error {
@@ -977,7 +976,7 @@ func (s *myStreamer) checkIdle(ctx context.Context) error {
 		}
 	} else {
 		// Upper, not Prefix: the probe (and so recency) uses the upper.
-		r, err := probe.Execute(ctx, s.srv.Conn, "SELECT @@global.gtid_executed")
+		r, err := upstream.Execute(ctx, s.srv.Conn, "SELECT @@global.gtid_executed")
 		if err != nil {
 			return fmt.Errorf("read gtid position: %w", err)
 		}
@@ -1000,11 +999,11 @@ func (s *myStreamer) checkIdle(ctx context.Context) error {
 }
 
 func (s *myStreamer) binlogEnd(ctx context.Context) (string, uint32, error) {
-	r, err := probe.Execute(ctx, s.srv.Conn, "SHOW MASTER STATUS")
+	r, err := upstream.Execute(ctx, s.srv.Conn, "SHOW MASTER STATUS")
 	if err != nil {
 		// MySQL 8.4 renamed it.
 		var err2 error
-		if r, err2 = probe.Execute(ctx, s.srv.Conn, "SHOW BINARY LOG STATUS"); err2 != nil {
+		if r, err2 = upstream.Execute(ctx, s.srv.Conn, "SHOW BINARY LOG STATUS"); err2 != nil {
 			return "", 0, fmt.Errorf("read binlog position: %w", err)
 		}
 	}

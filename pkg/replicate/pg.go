@@ -23,13 +23,14 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // PGConfig configures StreamPG.
 type PGConfig struct {
-	// DSN names the database (URL or key=value; empty: the PG* environment).
-	// A replication=database parameter in it is allowed but not needed.
-	DSN string
+	// Upstream is the database (upstream.ParsePostgres). A
+	// replication=database parameter in it is allowed but not needed.
+	Upstream *upstream.Postgres
 	// Publication and Slot name the publication and the logical
 	// replication slot (plugin pgoutput) to read. Both must exist.
 	Publication, Slot string
@@ -107,13 +108,16 @@ func StreamPG(ctx context.Context, cfg PGConfig, sink pipe.Sink) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	pcfg, err := probe.ParsePostgresDSN(cfg.DSN)
-	if err != nil {
-		return fmt.Errorf("replicate postgres: %w", err)
+	if cfg.Upstream == nil {
+		return errors.New("replicate postgres: no upstream given")
 	}
-	pgarrow.ConfigureSession(pcfg)
-	delete(pcfg.RuntimeParams, "replication")
-	s := &pgStreamer{cfg: cfg, pcfg: pcfg, masked: probe.MaskedPostgres(pcfg)}
+	// The catalog connection is an ordinary one with the session settings
+	// the decoders rely on.
+	pg := cfg.Upstream.With(func(c *pgx.ConnConfig) {
+		pgarrow.ConfigureSession(c)
+		delete(c.RuntimeParams, "replication")
+	})
+	s := &pgStreamer{cfg: cfg, pg: pg}
 	s.dec = newDecoder(sink, cfg.Mem, s.resolve, cfg.FlushRows, cfg.FlushBytes, cfg.StopAt)
 	defer s.dec.release()
 	defer s.closeCatalog()
@@ -123,10 +127,9 @@ func StreamPG(ctx context.Context, cfg PGConfig, sink pipe.Sink) error {
 // pgStreamer runs one StreamPG call: connections and retries around a
 // decoder.
 type pgStreamer struct {
-	cfg    PGConfig
-	pcfg   *pgx.ConnConfig
-	masked string
-	dec    *decoder
+	cfg PGConfig
+	pg  *upstream.Postgres // the catalog connection's
+	dec *decoder
 
 	catalog  *pgx.Conn // for catalog lookups
 	types    *pgarrow.TypeResolver
@@ -149,7 +152,7 @@ func (s *pgStreamer) run(ctx context.Context) error {
 	var inUseSince time.Time
 	policy := retry.Policy{
 		For: s.cfg.RetryFor, Max: s.cfg.MaxBackoff, Healthy: healthySession,
-		Logger: s.cfg.Logger.With("slot", s.cfg.Slot), What: "replicate postgres", Secrets: []string{s.pcfg.Password},
+		Logger: s.cfg.Logger.With("slot", s.cfg.Slot), What: "replicate postgres", Secrets: []string{s.pg.Password()},
 	}
 	err := retry.Do(ctx, policy, func(ctx context.Context) error {
 		err := s.session(ctx, !started, &started)
@@ -204,7 +207,7 @@ func (s *pgStreamer) closeCatalog() {
 // Errors keep their causes so that internal/retry can classify them.
 func (s *pgStreamer) session(ctx context.Context, first bool, started *bool) error {
 	if s.catalog == nil {
-		conn, err := probe.ConnectPostgres(ctx, s.pcfg)
+		conn, err := s.pg.Connect(ctx)
 		if err != nil {
 			return fmt.Errorf("replicate postgres: %w", err)
 		}
@@ -217,11 +220,11 @@ func (s *pgStreamer) session(ctx context.Context, first bool, started *bool) err
 	if err := s.check(ctx, first, &start); err != nil {
 		return err
 	}
-	rc := s.pcfg.Config.Copy()
+	rc := s.pg.ConnConfig().Config.Copy()
 	rc.RuntimeParams["replication"] = "database"
 	conn, err := pgconn.ConnectConfig(ctx, rc)
 	if err != nil {
-		return fmt.Errorf("replicate postgres: connect to %s for replication: %w: %w", s.masked, dsn.ScrubError(err, s.pcfg.Password), errConnect)
+		return fmt.Errorf("replicate postgres: connect to %s for replication: %w: %w", s.pg, dsn.ScrubError(err, s.pg.Password()), errConnect)
 	}
 	defer conn.Close(context.Background())
 	pub := "'" + strings.ReplaceAll(s.cfg.Publication, "'", "''") + "'"
@@ -268,7 +271,7 @@ func (s *pgStreamer) check(ctx context.Context, first bool, start *frontier.LSN)
 		return fmt.Errorf("replicate postgres: read publication %s: %w", s.cfg.Publication, err)
 	}
 	if n == 0 {
-		return hint.Wrap(fmt.Errorf("replicate postgres: publication %q: %w in database %q", s.cfg.Publication, errPublication, s.pcfg.Database),
+		return hint.Wrap(fmt.Errorf("replicate postgres: publication %q: %w in database %q", s.cfg.Publication, errPublication, s.pg.Database()),
 			fmt.Sprintf("create it: CREATE PUBLICATION %s FOR TABLE public.orders, ...; (or FOR ALL TABLES)", pgarrow.QuoteIdent(s.cfg.Publication)))
 	}
 	if first {
@@ -315,8 +318,8 @@ func (s *pgStreamer) check(ctx context.Context, first bool, start *frontier.LSN)
 		return hint.Wrap(fmt.Errorf("replicate postgres: slot %q is not a logical slot of plugin pgoutput (plugin %v)", s.cfg.Slot, deref(plugin)),
 			"use a slot created with: SELECT pg_create_logical_replication_slot('NAME', 'pgoutput');")
 	}
-	if db != nil && *db != s.pcfg.Database {
-		return hint.Wrap(fmt.Errorf("replicate postgres: slot %q belongs to database %q, not %q", s.cfg.Slot, *db, s.pcfg.Database),
+	if db != nil && *db != s.pg.Database() {
+		return hint.Wrap(fmt.Errorf("replicate postgres: slot %q belongs to database %q, not %q", s.cfg.Slot, *db, s.pg.Database()),
 			"connect to the slot's database in --dsn, or use another --slot")
 	}
 	if walStatus != nil && *walStatus == "lost" {

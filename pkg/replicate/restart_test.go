@@ -241,7 +241,7 @@ func TestReplicateMySQLRestart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		errc <- replicate.StreamMySQL(ctx, replicate.MySQLConfig{DSN: m.URL(), Tables: []string{db + ".r"},
+		errc <- replicate.StreamMySQL(ctx, replicate.MySQLConfig{Upstream: mustMy(m.URL()), Tables: []string{db + ".r"},
 			MaxBackoff: 300 * time.Millisecond, RetryFor: time.Minute, Logger: logs.logger()}, sink)
 	}()
 	failIfDone := func() {

@@ -83,7 +83,7 @@ func BenchmarkSnapshot(b *testing.B) {
 			var best time.Duration
 			for range b.N {
 				began := time.Now()
-				res, err := PG(ctx, Config{DSN: dsn, Publication: "pub", Slot: "rtr_bench", Parallel: par, Format: bc.format},
+				res, err := PG(ctx, Config{Upstream: mustPG(dsn), Publication: "pub", Slot: "rtr_bench", Parallel: par, Format: bc.format},
 					&pipe.PipeSink{W: pipe.NewWriter(io.Discard, nil), Source: "pg"})
 				if err != nil {
 					b.Fatal(err)

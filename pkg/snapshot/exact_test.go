@@ -350,7 +350,7 @@ func TestSnapshotPlusReplicationIsExact(t *testing.T) {
 	take()
 	// The snapshot is taken while the writer runs, between checkpoints.
 	snap := &everySnapshotSink{rows: map[string]int64{}}
-	res, err := PG(ctx, Config{DSN: dsn, Publication: "pub", Slot: slot, Parallel: 2}, snap)
+	res, err := PG(ctx, Config{Upstream: mustPG(dsn), Publication: "pub", Slot: slot, Parallel: 2}, snap)
 	if err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
@@ -370,7 +370,7 @@ func TestSnapshotPlusReplicationIsExact(t *testing.T) {
 	sink := &changeSink{}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := replicate.StreamPG(sctx, replicate.PGConfig{DSN: dsn, Publication: "pub", Slot: slot, StopAt: last - 1, NoAck: true}, sink); err != nil {
+	if err := replicate.StreamPG(sctx, replicate.PGConfig{Upstream: mustPG(dsn), Publication: "pub", Slot: slot, StopAt: last - 1, NoAck: true}, sink); err != nil {
 		t.Fatalf("replicate: %v", err)
 	}
 

@@ -19,10 +19,10 @@ import (
 
 	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
-	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/myarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // DefaultRangeRows is the estimated row count above which MySQL splits a
@@ -31,8 +31,8 @@ const DefaultRangeRows = 100_000
 
 // MySQLConfig says what MySQL snapshots and how.
 type MySQLConfig struct {
-	// DSN: user:pass@tcp(host:port)/db or mysql://user:pass@host:port/db.
-	DSN string
+	// Upstream is the server (upstream.ParseMySQL).
+	Upstream *upstream.MySQL
 	// Tables to snapshot, db.table (required).
 	Tables []string
 	// Start is the upper at which time 0 is defined (e.g. the frontier of
@@ -150,7 +150,7 @@ func MySQL(ctx context.Context, cfg MySQLConfig, sink pipe.Sink) (*MySQLResult, 
 	if len(cfg.Tables) == 0 {
 		return nil, hint.Wrap(errors.New("snapshot mysql: no tables given"), "name them with --tables db.t1,db.t2")
 	}
-	srv, err := replicate.ConnectMySQL(ctx, cfg.DSN)
+	srv, err := replicate.OpenServer(ctx, cfg.Upstream)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot mysql: %w", err)
 	}
@@ -186,13 +186,13 @@ func MySQL(ctx context.Context, cfg MySQLConfig, sink pipe.Sink) (*MySQLResult, 
 		}
 	}()
 	for i := range workers {
-		w, err := probe.ConnectMySQL(ctx, srv.DSN)
+		w, err := cfg.Upstream.Connect(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("snapshot mysql: open copy connection: %w", err)
 		}
 		workers[i] = w
 		for _, q := range []string{"SET time_zone = '+00:00'", "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"} {
-			if _, err := probe.Execute(ctx, w, q); err != nil {
+			if _, err := upstream.Execute(ctx, w, q); err != nil {
 				return nil, fmt.Errorf("snapshot mysql: %s: %w", q, err)
 			}
 		}
@@ -276,14 +276,14 @@ func beginSnapshot(ctx context.Context, srv *replicate.Server, workers []*client
 		// binlog_snapshot_* status values are the binlog position of
 		// exactly the transactions the snapshot sees.
 		w := workers[0]
-		if _, err := probe.Execute(ctx, w, begin); err != nil {
+		if _, err := upstream.Execute(ctx, w, begin); err != nil {
 			return "", fmt.Errorf("begin snapshot: %w", err)
 		}
 		file, pos, err := snapshotCoords(ctx, w)
 		if err != nil {
 			return "", err
 		}
-		r, err := probe.Execute(ctx, w, fmt.Sprintf("SELECT BINLOG_GTID_POS('%s', %d)", strings.ReplaceAll(file, "'", "''"), pos))
+		r, err := upstream.Execute(ctx, w, fmt.Sprintf("SELECT BINLOG_GTID_POS('%s', %d)", strings.ReplaceAll(file, "'", "''"), pos))
 		if err != nil {
 			return "", fmt.Errorf("read snapshot gtid position: %w", err)
 		}
@@ -294,7 +294,7 @@ func beginSnapshot(ctx context.Context, srv *replicate.Server, workers []*client
 	// block commits while every worker starts its snapshot and the GTID
 	// position is read.
 	res.Locked = true
-	if _, err := probe.Execute(ctx, srv.Conn, "FLUSH TABLES WITH READ LOCK"); err != nil {
+	if _, err := upstream.Execute(ctx, srv.Conn, "FLUSH TABLES WITH READ LOCK"); err != nil {
 		var my *mysql.MyError
 		if errors.As(err, &my) && (my.Code == mysql.ER_SPECIFIC_ACCESS_DENIED_ERROR || my.Code == mysql.ER_DBACCESS_DENIED_ERROR) {
 			return "", hint.Wrap(fmt.Errorf("flush tables with read lock: %w", err), "grant the RELOAD privilege (GRANT RELOAD ON *.* TO user), or snapshot with --parallel 1 (MariaDB)")
@@ -304,13 +304,13 @@ func beginSnapshot(ctx context.Context, srv *replicate.Server, workers []*client
 	unlocked := false
 	defer func() {
 		if !unlocked {
-			_, _ = probe.Execute(context.Background(), srv.Conn, "UNLOCK TABLES")
+			_, _ = upstream.Execute(context.Background(), srv.Conn, "UNLOCK TABLES")
 		}
 	}()
 	g, gctx := errgroup.WithContext(ctx)
 	for _, w := range workers {
 		g.Go(func() error {
-			if _, err := probe.Execute(gctx, w, begin); err != nil {
+			if _, err := upstream.Execute(gctx, w, begin); err != nil {
 				return fmt.Errorf("begin snapshot: %w", err)
 			}
 			return nil
@@ -339,7 +339,7 @@ func beginSnapshot(ctx context.Context, srv *replicate.Server, workers []*client
 			}
 		}
 	}
-	if _, err := probe.Execute(ctx, srv.Conn, "UNLOCK TABLES"); err != nil {
+	if _, err := upstream.Execute(ctx, srv.Conn, "UNLOCK TABLES"); err != nil {
 		return "", fmt.Errorf("unlock tables: %w", err)
 	}
 	unlocked = true
@@ -347,7 +347,7 @@ func beginSnapshot(ctx context.Context, srv *replicate.Server, workers []*client
 }
 
 func snapshotCoords(ctx context.Context, w *client.Conn) (string, uint64, error) {
-	r, err := probe.Execute(ctx, w, "SHOW STATUS LIKE 'binlog_snapshot_%'")
+	r, err := upstream.Execute(ctx, w, "SHOW STATUS LIKE 'binlog_snapshot_%'")
 	if err != nil {
 		return "", 0, fmt.Errorf("read snapshot position: %w", err)
 	}
@@ -391,7 +391,7 @@ func planMySQL(ctx context.Context, w *client.Conn, tabs []*myTab, cfg MySQLConf
 			continue
 		}
 		pk := myarrow.QuoteIdent(t.Columns[t.PrimaryKey[0]].Name)
-		r, err := probe.Execute(ctx, w, fmt.Sprintf("SELECT CAST(MIN(%s) AS DECIMAL(65,0)), CAST(MAX(%s) AS DECIMAL(65,0)) FROM %s", pk, pk, t.SQL()))
+		r, err := upstream.Execute(ctx, w, fmt.Sprintf("SELECT CAST(MIN(%s) AS DECIMAL(65,0)), CAST(MAX(%s) AS DECIMAL(65,0)) FROM %s", pk, pk, t.SQL()))
 		if err != nil {
 			return nil, fmt.Errorf("key range of %s: %w", t.QualifiedName(), err)
 		}
@@ -553,7 +553,7 @@ func rewindMySQL(ctx context.Context, cfg MySQLConfig, res *MySQLResult, tabs []
 	}
 	cfg.Logger.Debug("snapshot mysql: rewinding", "from", res.StartPos, "to", res.SnapshotPos)
 	err := replicate.StreamMySQL(ctx, replicate.MySQLConfig{
-		DSN: cfg.DSN, Tables: names, Known: res.Schemas, Start: res.StartPos, StopAt: res.Snapshot,
+		Upstream: cfg.Upstream, Tables: names, Known: res.Schemas, Start: res.StartPos, StopAt: res.Snapshot,
 		Source: cfg.Source, Logger: cfg.Logger,
 	}, r)
 	if err != nil {

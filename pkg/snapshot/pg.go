@@ -15,6 +15,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // Defaults of Config.
@@ -28,9 +29,9 @@ const (
 
 // Config says what PG snapshots and how.
 type Config struct {
-	// DSN is a normal (not replication) connection string: a URL or
-	// key=value; empty means the PG* environment variables.
-	DSN string
+	// Upstream is the database (upstream.ParsePostgres), reached with
+	// normal (not replication) connections.
+	Upstream *upstream.Postgres
 	// Publication is the pgoutput publication; the tables must be in it.
 	Publication string
 	// Slot is the permanent logical replication slot (created if missing).
@@ -145,9 +146,8 @@ func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 	began := time.Now()
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
-	connCfg, err := probe.ParsePostgresDSN(cfg.DSN)
-	if err != nil {
-		return nil, err
+	if cfg.Upstream == nil {
+		return nil, errors.New("snapshot: no upstream given")
 	}
 	if cfg.Publication == "" {
 		return nil, errors.New("snapshot: no publication given")
@@ -158,7 +158,7 @@ func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 	if err := CheckSlotName(cfg.Slot); err != nil {
 		return nil, err
 	}
-	conn, err := probe.ConnectPostgres(ctx, connCfg)
+	conn, err := cfg.Upstream.Connect(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
@@ -178,7 +178,7 @@ func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 	res := &Result{SlotLSN: slotLSN, SlotCreated: created}
 	log.Debug("snapshot: slot", "slot", cfg.Slot, "slot_lsn", slotLSN, "created", created)
 
-	snapLSN, err := copyTables(ctx, cfg, connCfg, tables, sink, began)
+	snapLSN, err := copyTables(ctx, cfg, tables, sink, began)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
@@ -312,13 +312,9 @@ func plan(tables []*table, parallel int, rangePages int64) []task {
 // copyTables exports a snapshot pinned to an LSN, copies every table
 // against it on cfg.Parallel connections and writes the rows to sink. It
 // returns the snapshot's LSN.
-func copyTables(ctx context.Context, cfg Config, connCfg *pgx.ConnConfig, tables []*table, sink pipe.Sink, began time.Time) (frontier.LSN, error) {
-	replCfg := connCfg.Copy()
-	if replCfg.RuntimeParams == nil {
-		replCfg.RuntimeParams = map[string]string{}
-	}
-	replCfg.RuntimeParams["replication"] = "database"
-	repl, err := probe.ConnectPostgres(ctx, replCfg)
+func copyTables(ctx context.Context, cfg Config, tables []*table, sink pipe.Sink, began time.Time) (frontier.LSN, error) {
+	replUp := cfg.Upstream.With(func(c *pgx.ConnConfig) { c.RuntimeParams["replication"] = "database" })
+	repl, err := replUp.Connect(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("open replication connection: %w", err)
 	}
@@ -346,12 +342,11 @@ func copyTables(ctx context.Context, cfg Config, connCfg *pgx.ConnConfig, tables
 			}
 		}
 	}()
-	copyCfg := connCfg.Copy()
-	pgarrow.ConfigureSession(copyCfg)
+	copyUp := cfg.Upstream.With(pgarrow.ConfigureSession)
 	g, gctx := errgroup.WithContext(ctx)
 	for i := range workers {
 		g.Go(func() error {
-			w, err := probe.ConnectPostgres(gctx, copyCfg)
+			w, err := copyUp.Connect(gctx)
 			if err != nil {
 				return fmt.Errorf("open copy connection: %w", err)
 			}

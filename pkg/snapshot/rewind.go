@@ -44,7 +44,7 @@ func rewind(ctx context.Context, cfg Config, tables []*table, slotLSN, snapLSN f
 	}
 	cfg.Logger.Debug("snapshot: rewinding", "slot", cfg.Slot, "from", slotLSN, "to", snapLSN)
 	err := replicate.StreamPG(ctx, replicate.PGConfig{
-		DSN:         cfg.DSN,
+		Upstream:    cfg.Upstream,
 		Publication: cfg.Publication,
 		Slot:        cfg.Slot,
 		StartLSN:    slotLSN,

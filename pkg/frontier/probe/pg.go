@@ -2,25 +2,19 @@ package probe
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/rtrctl/rtrctl/internal/dsn"
 	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // Postgres probes pg_current_wal_insert_lsn().
 type Postgres struct {
-	cfg    *pgx.ConnConfig
-	masked string
+	up *upstream.Postgres
 
 	mu   sync.Mutex
 	conn *pgx.Conn
@@ -52,92 +46,10 @@ func VisibleInsertLSN(l frontier.LSN, block, seg uint64) frontier.LSN {
 	return l
 }
 
-// NewPostgres parses dsn (URL or key=value; empty means the PG* environment
-// variables) without connecting.
-func NewPostgres(dsnStr string) (*Postgres, error) {
-	cfg, err := ParsePostgresDSN(dsnStr)
-	if err != nil {
-		return nil, err
-	}
-	return &Postgres{cfg: cfg, masked: MaskedPostgres(cfg)}, nil
+// NewPostgres probes the upstream u without connecting yet.
+func NewPostgres(u *upstream.Postgres) *Postgres {
+	return &Postgres{up: u}
 }
-
-// ParsePostgresDSN parses a PostgreSQL DSN; errors never contain the password.
-func ParsePostgresDSN(dsnStr string) (*pgx.ConnConfig, error) {
-	cfg, err := pgx.ParseConfig(dsnStr)
-	if err != nil {
-		// pgx's parse errors quote the DSN with the password redacted, but
-		// say nothing useful beyond the reason; keep our own wording.
-		reason := err.Error()
-		if i := strings.LastIndex(reason, "`: "); strings.HasPrefix(reason, "cannot parse `") && i > 0 {
-			reason = reason[i+3:]
-		}
-		return nil, hint.Wrap(
-			fmt.Errorf("parse postgres dsn %q: %s: %w", dsn.MaskPG(dsnStr), dsn.Scrub(reason, passwordOf(dsnStr)), dsn.ErrMalformed),
-			"use postgres://user:pass@host:5432/db or \"host=... port=... user=... dbname=...\"")
-	}
-	return cfg, nil
-}
-
-func passwordOf(dsnStr string) string {
-	if cfg, err := pgx.ParseConfig(dsnStr); err == nil {
-		return cfg.Password
-	}
-	return ""
-}
-
-// MaskedPostgres prints a connection config as a URL without its password.
-func MaskedPostgres(cfg *pgx.ConnConfig) string {
-	s := "postgres://"
-	if cfg.User != "" {
-		s += cfg.User
-		if cfg.Password != "" {
-			s += ":xxxxx"
-		}
-		s += "@"
-	}
-	return s + net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))) + "/" + cfg.Database
-}
-
-// ConnectPostgres connects with cfg and turns the usual failures into
-// errors with hints. It checks nothing about the server's settings.
-func ConnectPostgres(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
-	masked := MaskedPostgres(cfg)
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err == nil {
-		return conn, nil
-	}
-	if ctx.Err() != nil {
-		return nil, fmt.Errorf("connect to %s: %w", masked, ctx.Err())
-	}
-	// The cause stays in the chain (internal/retry classifies it: a
-	// refused connection or a server starting up is worth retrying) with
-	// its message scrubbed of the password.
-	cause := dsn.ScrubError(err, cfg.Password)
-	var opErr *net.OpError
-	if errors.As(err, &opErr) {
-		// "connect: connection refused", without pgx's per-address list.
-		cause = &dsn.Error{Msg: dsn.Scrub(opErr.Err.Error(), cfg.Password), Causes: []error{err}}
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "28P01", "28000":
-			return nil, hint.Wrap(dsn.WithCause(fmt.Errorf("connect to %s: %w for user %q (%s)", masked, errAuth, cfg.User, pgErr.Code), err, cfg.Password),
-				"check the user and password in --dsn (or PGUSER/PGPASSWORD)")
-		case "3D000":
-			return nil, hint.Wrap(dsn.WithCause(fmt.Errorf("connect to %s: %w: database %q does not exist", masked, errConnect, cfg.Database), err, cfg.Password),
-				"check the database name in --dsn (or PGDATABASE)")
-		}
-	}
-	return nil, hint.Wrap(fmt.Errorf("connect to %s: %w: %w", masked, errConnect, cause),
-		fmt.Sprintf("is PostgreSQL running and reachable at %s? check --dsn (or PGHOST/PGPORT)", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))))
-}
-
-var (
-	errConnect = errors.New("cannot connect")
-	errAuth    = errors.New("authentication failed")
-)
 
 // CheckLogical fails with a hint when the server's wal_level is not logical.
 func CheckLogical(ctx context.Context, conn *pgx.Conn) error {
@@ -157,7 +69,7 @@ func (p *Postgres) Probe(ctx context.Context) (Result, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conn == nil || p.conn.IsClosed() {
-		conn, err := ConnectPostgres(ctx, p.cfg)
+		conn, err := p.up.Connect(ctx)
 		if err != nil {
 			return Result{}, fmt.Errorf("probe postgres: %w", err)
 		}
@@ -175,7 +87,7 @@ func (p *Postgres) Probe(ctx context.Context) (Result, error) {
 	if err := p.conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&text); err != nil {
 		p.conn.Close(context.Background())
 		p.conn = nil
-		return Result{}, fmt.Errorf("probe postgres %s: %w", p.masked, err)
+		return Result{}, fmt.Errorf("probe postgres %s: %w", p.up, err)
 	}
 	lsn, err := frontier.ParseLSN(text)
 	if err != nil {

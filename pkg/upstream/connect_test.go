@@ -1,4 +1,4 @@
-package probe_test
+package upstream_test
 
 import (
 	"context"
@@ -8,11 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rtrctl/rtrctl/internal/dsn"
 	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/internal/retry"
 	"github.com/rtrctl/rtrctl/internal/testenv"
-	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -26,7 +25,7 @@ func closedPort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// TestConnectErrorsKeepCause: the connect helpers keep the driver's error
+// TestConnectErrorsKeepCause: Connect keep the driver's error
 // in the chain (so internal/retry classifies it) while the message and
 // hint stay as before and hold no password. A wrong password is permanent
 // and fails at once; nothing listening is transient.
@@ -40,22 +39,22 @@ func TestConnectErrorsKeepCause(t *testing.T) {
 	wrongMaria := *maria
 	wrongMaria.Password = secret
 	connectPG := func(s string) error {
-		cfg, err := probe.ParsePostgresDSN(s)
+		p, err := upstream.ParsePostgres(s)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := probe.ConnectPostgres(t.Context(), cfg)
+		c, err := p.Connect(t.Context())
 		if err == nil {
 			c.Close(context.Background())
 		}
 		return err
 	}
 	connectMy := func(s string) error {
-		d, err := dsn.ParseMySQL(s)
+		m, err := upstream.ParseMySQL(s)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := probe.ConnectMySQL(t.Context(), d)
+		c, err := m.Connect(t.Context())
 		if err == nil {
 			c.Close()
 		}
