@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -139,7 +140,7 @@ func runOnce(ctx context.Context, src Source, st *store.Store, opts Options) (er
 		f := durableFrontier(t.rc.Bindings(), durable, t.Domain)
 		start[t.ID] = f
 		if r, ok := src.(Resumer); ok {
-			err := r.Resume(ctx, Resume{Timeline: t.ID, Shards: t.shards, Durable: durable, Start: f, Bindings: t.rc.Bindings(), Errored: maps(t.errored)})
+			err := r.Resume(ctx, Resume{Timeline: t.ID, Shards: t.shards, Durable: durable, Start: f, Bindings: t.rc.Bindings(), Errored: maps.Clone(t.errored)})
 			if err != nil {
 				return fmt.Errorf("ingest %s: %w", t.ID, err)
 			}
@@ -179,14 +180,6 @@ func runOnce(ctx context.Context, src Source, st *store.Store, opts Options) (er
 		return fmt.Errorf("ingest: %w", err)
 	}
 	return nil
-}
-
-func maps(m map[string]bool) map[string]bool {
-	out := make(map[string]bool, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 func closeProber(tl Timeline) {
