@@ -92,6 +92,10 @@ type driver struct {
 }
 
 func runOnce(ctx context.Context, src Source, st *store.Store, opts Options) (err error) {
+	// What an attempt starts beside the stream (probes for metrics) ends
+	// with it, not with Run.
+	ctx, endAttempt := context.WithCancel(ctx)
+	defer endAttempt()
 	tls, err := src.Open(ctx, st)
 	if err != nil {
 		return fmt.Errorf("ingest: %w", err)
@@ -408,7 +412,7 @@ func (d *driver) close() {
 func (d *driver) timeline(collection string) (*timeline, error) {
 	t := d.byColl[collection]
 	if t == nil {
-		return nil, fmt.Errorf("ingest: data of unknown collection %q", collection)
+		return nil, fmt.Errorf("data of unknown collection %q", collection)
 	}
 	return t, nil
 }
