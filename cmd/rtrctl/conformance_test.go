@@ -182,9 +182,9 @@ func (f *pgFixture) RestartUpstream(t *testing.T, i int) {
 	}
 }
 
-func (f *pgFixture) RetryLog() *regexp.Regexp {
-	return regexp.MustCompile(`transient failure; retrying`)
-}
+var retryLine = regexp.MustCompile(`transient failure; retrying`)
+
+func (f *pgFixture) Retries(stderr string) int { return len(retryLine.FindAllStringIndex(stderr, -1)) }
 
 func (f *pgFixture) Acked(t *testing.T, source string) map[string]frontier.Frontier {
 	c, err := pgx.Connect(ctxT(t), f.dsn)
@@ -321,9 +321,7 @@ func (f *myFixture) RestartUpstream(t *testing.T, i int) {
 	}
 }
 
-func (f *myFixture) RetryLog() *regexp.Regexp {
-	return regexp.MustCompile(`transient failure; retrying`)
-}
+func (f *myFixture) Retries(stderr string) int { return len(retryLine.FindAllStringIndex(stderr, -1)) }
 
 func (f *myFixture) Acked(*testing.T, string) map[string]frontier.Frontier { return nil }
 
@@ -345,9 +343,10 @@ func (f *myFixture) BreakCollection(t *testing.T, coll string) {
 // listener's own address, so a proxy in front would be bypassed).
 type cutListener struct {
 	net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-	cut   bool
+	mu      sync.Mutex
+	conns   []net.Conn
+	cut     bool
+	refused int
 }
 
 func (l *cutListener) Accept() (net.Conn, error) {
@@ -358,6 +357,7 @@ func (l *cutListener) Accept() (net.Conn, error) {
 		}
 		l.mu.Lock()
 		if l.cut {
+			l.refused++
 			l.mu.Unlock()
 			c.Close()
 			continue
@@ -535,8 +535,14 @@ func (f *kafkaFixture) RestartUpstream(t *testing.T, i int) {
 	f.h.ln.Restore()
 }
 
-func (f *kafkaFixture) RetryLog() *regexp.Regexp {
-	return regexp.MustCompile(`transient failure; retrying|kafka fetch failed; the client retries|kafka metadata check failed; will retry`)
+var kafkaRetryLine = regexp.MustCompile(`transient failure; retrying|kafka fetch failed; the client retries|kafka metadata check failed; will retry`)
+
+// Retries: franz-go reconnects without surfacing the loss, so besides the
+// log lines the evidence is the reconnections refused during the cuts.
+func (f *kafkaFixture) Retries(stderr string) int {
+	f.h.ln.mu.Lock()
+	defer f.h.ln.mu.Unlock()
+	return len(kafkaRetryLine.FindAllStringIndex(stderr, -1)) + f.h.ln.refused
 }
 
 func (f *kafkaFixture) Acked(t *testing.T, source string) map[string]frontier.Frontier {

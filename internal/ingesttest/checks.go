@@ -403,3 +403,27 @@ func FirstBinding(ctx context.Context, dir string, sc SourceColls) (uint64, Stat
 	s, err := src.stateAt(ctx, src.bindings[0].Time)
 	return src.bindings[0].Time, s, err
 }
+
+// ReadLast reads collection as of the last time it is complete, for the
+// error a read gives.
+func ReadLast(ctx context.Context, dir, collection string) error {
+	st, err := openStore(ctx, dir)
+	if err != nil {
+		return err
+	}
+	sh, err := st.Shard(ctx, collection)
+	if err != nil {
+		return err
+	}
+	if err := sh.Refresh(ctx); err != nil {
+		return err
+	}
+	if sh.Upper() == 0 {
+		return fmt.Errorf("%s has no complete time", collection)
+	}
+	rec, err := sh.ReadAsOf(ctx, sh.Upper()-1)
+	if err == nil {
+		rec.Release()
+	}
+	return err
+}
