@@ -8,6 +8,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"regexp"
 	"strconv"
@@ -17,6 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -27,7 +32,10 @@ import (
 	"github.com/rtrctl/rtrctl/internal/servers"
 	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/ingest"
+	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
+	"github.com/rtrctl/rtrctl/pkg/store"
 )
 
 func TestConformance(t *testing.T) {
@@ -567,4 +575,129 @@ func (f *kafkaFixture) BreakCollection(t *testing.T, coll string) {
 	if err := f.cl.ProduceSync(ctxT(t), &kgo.Record{Topic: coll, Key: []byte("1"), Value: []byte("not json")}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// --- a broken source fails the suite -------------------------------------------
+
+// progressFirst is a PostgreSQL source that breaks the contract: its
+// stream hands each transaction's data over only after the next progress,
+// which is already past it, at that progress's time (data behind the
+// progress would be refused by the driver; moved to it, it is accepted
+// and lands later than its source time).
+type progressFirst struct{ *ingest.PG }
+
+func (s progressFirst) Stream(ctx context.Context, r ingest.StreamRequest) error {
+	r.Sink = &lateSink{Sink: r.Sink}
+	return s.PG.Stream(ctx, r)
+}
+
+type lateSink struct {
+	pipe.Sink
+	held []heldData
+}
+
+type heldData struct {
+	coll string
+	rec  arrow.Record
+}
+
+func (s *lateSink) Data(coll string, rec arrow.Record) error {
+	rec.Retain()
+	s.held = append(s.held, heldData{coll, rec})
+	return nil
+}
+
+func (s *lateSink) Progress(coll string, upper frontier.Frontier) error {
+	if err := s.Sink.Progress(coll, upper); err != nil {
+		return err
+	}
+	held := s.held
+	s.held = nil
+	var err error
+	for _, h := range held {
+		if err == nil {
+			moved := retime(h.rec, upper.Pos())
+			err = s.Sink.Data(h.coll, moved)
+			moved.Release()
+		}
+		h.rec.Release()
+	}
+	return err
+}
+
+// retime is rec with every _time set to t.
+func retime(rec arrow.Record, t uint64) arrow.Record {
+	cols := make([]arrow.Array, rec.NumCols())
+	for i, f := range rec.Schema().Fields() {
+		cols[i] = rec.Column(i)
+		if f.Name == pipe.ColTime {
+			b := array.NewUint64Builder(memory.DefaultAllocator)
+			for range rec.NumRows() {
+				b.Append(t)
+			}
+			cols[i] = b.NewArray()
+			defer cols[i].Release()
+		}
+	}
+	return array.NewRecord(rec.Schema(), cols, rec.NumRows())
+}
+
+// TestConformanceBrokenSource: check 2 passes for the PostgreSQL source
+// run in-process and fails for the same source with progress handed over
+// before the data it covers.
+func TestConformanceBrokenSource(t *testing.T) {
+	h := &pgHarness{pg: testenv.SharedPostgres(t)}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	run := func(t *testing.T, broken bool) error {
+		fx := h.New(t).(*pgFixture)
+		lay := fx.Layout("conf")
+		log := ingesttest.NewLog(ingesttest.InitialState(lay.Collections()))
+		dir := t.TempDir()
+		st, err := store.Open(ctxT(t), dir, store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var src ingest.Source = ingest.NewPG(ingest.PGConfig{DSN: fx.dsn, Publication: "rtr", Source: "conf", Logger: quiet})
+		if broken {
+			src = progressFirst{src.(*ingest.PG)}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- ingest.Run(ctx, src, st, ingest.Options{Interval: 20 * time.Millisecond, CompactEvery: -1, Logger: quiet})
+		}()
+		ended := false
+		defer func() {
+			cancel()
+			if !ended {
+				<-done
+			}
+		}()
+		w := ingesttest.StartWriter(t, fx, log, ingesttest.WriterOptions{Pause: 3 * time.Millisecond})
+		for log.Len() < 300 {
+			select {
+			case err := <-done:
+				ended = true
+				t.Fatalf("ingest.Run ended early: %v", err)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		w.Halt(t)
+		ingesttest.WaitEqual(t, fx, dir, lay, nil, 60*time.Second)
+		cancel()
+		ended = true
+		if err := <-done; err != nil {
+			t.Fatalf("ingest.Run: %v", err)
+		}
+		_, err = ingesttest.CheckTimes(ctxT(t), dir, lay, log)
+		return err
+	}
+	if err := run(t, false); err != nil {
+		t.Fatalf("check 2 fails for the PostgreSQL source: %v", err)
+	}
+	err := run(t, true)
+	if err == nil {
+		t.Fatal("check 2 passes for a source that hands progress over before its data")
+	}
+	t.Logf("the broken source fails check 2: %v", err)
 }
