@@ -701,3 +701,44 @@ func TestConformanceBrokenSource(t *testing.T) {
 	}
 	t.Logf("the broken source fails check 2: %v", err)
 }
+
+// Position implements ingesttest.Fixture: the insert position now.
+func (f *pgFixture) Position(ctx context.Context) (ingesttest.Pos, error) {
+	c, err := pgx.Connect(ctx, f.dsn)
+	if err != nil {
+		return ingesttest.Pos{}, err
+	}
+	defer c.Close(context.Background())
+	var s string
+	if err := c.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
+		return ingesttest.Pos{}, err
+	}
+	l, err := frontier.ParseLSN(s)
+	return ingesttest.Pos{Hi: uint64(l) - 1}, err
+}
+
+// Position implements ingesttest.Fixture: the last GTID now.
+func (f *myFixture) Position(ctx context.Context) (ingesttest.Pos, error) {
+	c, err := f.h.m.Connect(ctx, f.db)
+	if err != nil {
+		return ingesttest.Pos{}, err
+	}
+	defer c.Close()
+	r, err := c.Execute("SELECT @@global.gtid_binlog_pos")
+	if err != nil {
+		return ingesttest.Pos{}, err
+	}
+	s, _ := r.GetString(0, 0)
+	_, up, err := replicate.ParsePosition(true, s)
+	if err != nil || up.Len() != 1 {
+		return ingesttest.Pos{}, fmt.Errorf("gtid_binlog_pos %q: %v", s, err)
+	}
+	p := up.Partitions()[0]
+	return ingesttest.Pos{Partition: p, Hi: up.Get(p) - 1}, nil
+}
+
+// Position implements ingesttest.Fixture; Apply does not fail (the
+// producer retries for ever), so nothing needs placing.
+func (f *kafkaFixture) Position(context.Context) (ingesttest.Pos, error) {
+	return ingesttest.Pos{}, fmt.Errorf("kafka writes are not left unanswered")
+}
