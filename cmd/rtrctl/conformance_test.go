@@ -657,7 +657,7 @@ func TestConformanceBrokenSource(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var src ingest.Source = ingest.NewPG(ingest.PGConfig{DSN: fx.dsn, Publication: "rtr", Source: "conf", Logger: quiet})
+		var src ingest.Source = ingest.NewPG(ingest.PGConfig{Upstream: mustPG(fx.dsn), Publication: "rtr", Source: "conf", Logger: quiet})
 		if broken {
 			src = progressFirst{src.(*ingest.PG)}
 		}
