@@ -44,3 +44,32 @@ func Concat(schema *arrow.Schema, recs []arrow.Record, mem memory.Allocator) (ar
 	}
 	return rec, nil
 }
+
+// Take returns the rows of rec at the given ascending indices (rec
+// itself, retained, when they are all of them). The caller releases it.
+func Take(rec arrow.Record, rows []int, mem memory.Allocator) (arrow.Record, error) {
+	if len(rows) == int(rec.NumRows()) {
+		rec.Retain()
+		return rec, nil
+	}
+	// Runs of consecutive rows become slices; concatenate them.
+	var parts []arrow.Record
+	for i := 0; i < len(rows); {
+		j := i + 1
+		for j < len(rows) && rows[j] == rows[j-1]+1 {
+			j++
+		}
+		parts = append(parts, rec.NewSlice(int64(rows[i]), int64(rows[j-1]+1)))
+		i = j
+	}
+	defer func() {
+		for _, p := range parts {
+			p.Release()
+		}
+	}()
+	out, err := Concat(rec.Schema(), parts, mem)
+	if err != nil {
+		return nil, fmt.Errorf("take rows: %w", err)
+	}
+	return out, nil
+}

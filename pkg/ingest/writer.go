@@ -9,7 +9,9 @@ import (
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/memory"
 
+	"github.com/rtrctl/rtrctl/internal/arrowutil"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/store"
 )
@@ -35,7 +37,7 @@ type storeWriter struct {
 
 	// Owned by the reclocker's caller.
 	pending map[string]*buffered
-	errs    map[string][]string
+	errs    map[string][]timedError
 
 	jobs chan commitJob
 	done chan struct{} // closed when the committer exits
@@ -55,10 +57,68 @@ type storeWriter struct {
 }
 
 type buffered struct {
-	schema  *arrow.Schema
-	recs    []arrow.Record
-	rows    int64
-	minTime uint64
+	schema           *arrow.Schema
+	recs             []arrow.Record
+	rows             int64
+	minTime, maxTime uint64
+}
+
+// add takes rec (retaining it) into b.
+func (b *buffered) add(rec arrow.Record) {
+	times := rec.Column(int(rec.NumCols()) - 2).(*array.Uint64)
+	for i := 0; i < times.Len(); i++ {
+		v := times.Value(i)
+		if b.rows == 0 && i == 0 {
+			b.minTime, b.maxTime = v, v
+		}
+		b.minTime, b.maxTime = min(b.minTime, v), max(b.maxTime, v)
+	}
+	rec.Retain()
+	b.recs = append(b.recs, rec)
+	b.rows += rec.NumRows()
+}
+
+// split returns b's rows at times below upper and at or above it (either
+// may be nil), and releases b. Only a replay of a collection that is
+// behind the source's bindings hands over data beyond the progress that
+// follows it, so this is rarely more than a comparison.
+func (b *buffered) split(upper uint64) (below, rest *buffered, err error) {
+	if b.maxTime < upper {
+		return b, nil, nil
+	}
+	defer b.release()
+	below, rest = &buffered{schema: b.schema}, &buffered{schema: b.schema}
+	for _, rec := range b.recs {
+		times := rec.Column(int(rec.NumCols()) - 2).(*array.Uint64)
+		var lo, hi []int
+		for i := 0; i < times.Len(); i++ {
+			if times.Value(i) < upper {
+				lo = append(lo, i)
+			} else {
+				hi = append(hi, i)
+			}
+		}
+		for _, part := range []struct {
+			rows []int
+			to   *buffered
+		}{{lo, below}, {hi, rest}} {
+			if len(part.rows) == 0 {
+				continue
+			}
+			sub, err := arrowutil.Take(rec, part.rows, memory.DefaultAllocator)
+			if err != nil {
+				below.release()
+				rest.release()
+				return nil, nil, err
+			}
+			part.to.add(sub)
+			sub.Release()
+		}
+	}
+	if below.rows == 0 {
+		below = nil
+	}
+	return below, rest, nil
 }
 
 func (b *buffered) release() {
@@ -86,7 +146,7 @@ func (j commitJob) release() {
 func newStoreWriter(st *store.Store, source string, collections []string) *storeWriter {
 	cs := append([]string{}, collections...)
 	sort.Strings(cs)
-	w := &storeWriter{st: st, source: source, collections: cs, pending: map[string]*buffered{}, errs: map[string][]string{},
+	w := &storeWriter{st: st, source: source, collections: cs, pending: map[string]*buffered{}, errs: map[string][]timedError{},
 		jobs: make(chan commitJob, 1), done: make(chan struct{})}
 	go w.committer()
 	return w
@@ -199,23 +259,21 @@ func (w *storeWriter) Data(collection string, schema *arrow.Schema, rec arrow.Re
 		b = &buffered{schema: schema}
 		w.pending[collection] = b
 	}
-	times := rec.Column(int(rec.NumCols()) - 2).(*array.Uint64)
-	for i := 0; i < times.Len(); i++ {
-		if b.rows == 0 && i == 0 || times.Value(i) < b.minTime {
-			b.minTime = times.Value(i)
-		}
-	}
-	rec.Retain()
-	b.recs = append(b.recs, rec)
-	b.rows += rec.NumRows()
+	b.add(rec)
 	return nil
 }
 
-// Error implements reclock.Output: the error is recorded with the next
-// commit of the collection, after its data.
+// Error implements reclock.Output: the error is recorded with the commit
+// of the collection past its time t, after its data.
 func (w *storeWriter) Error(collection string, t uint64, msg string) error {
-	w.errs[collection] = append(w.errs[collection], msg)
+	w.errs[collection] = append(w.errs[collection], timedError{t, msg})
 	return nil
+}
+
+// timedError is a definite error at system time t.
+type timedError struct {
+	t   uint64
+	msg string
 }
 
 // Progress implements reclock.Output: every collection of the source is
@@ -226,8 +284,30 @@ func (w *storeWriter) Progress(upper uint64) error {
 	if err := w.Err(); err != nil {
 		return err
 	}
-	j := commitJob{upper: upper, pending: w.pending, errs: w.errs}
-	w.pending, w.errs = map[string]*buffered{}, map[string][]string{}
+	j := commitJob{upper: upper, pending: map[string]*buffered{}, errs: map[string][]string{}}
+	rest, restErrs := map[string]*buffered{}, map[string][]timedError{}
+	for c, es := range w.errs {
+		for _, e := range es {
+			if e.t < upper {
+				j.errs[c] = append(j.errs[c], e.msg)
+			} else {
+				restErrs[c] = append(restErrs[c], e)
+			}
+		}
+	}
+	for c, b := range w.pending {
+		below, later, err := b.split(upper)
+		if err != nil {
+			return fmt.Errorf("commit %s: %w", c, err)
+		}
+		if below != nil {
+			j.pending[c] = below
+		}
+		if later != nil {
+			rest[c] = later
+		}
+	}
+	w.pending, w.errs = rest, restErrs
 	if !w.send(j) {
 		j.release()
 		return errWriterClosed

@@ -101,3 +101,63 @@ func TestStoreWriterCommitsInBackground(t *testing.T) {
 	}
 	w2.Close()
 }
+
+// TestStoreWriterReplayAheadOfProgress: a collection behind the others
+// replays durable bindings, and the reclocker hands over data of a later
+// binding before the progress of an earlier one (rows of several
+// transactions in one record). Progress(u) commits only what is below u
+// and keeps the rest for the next progress.
+func TestStoreWriterReplayAheadOfProgress(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	user := []arrow.Field{{Name: "k", Type: arrow.PrimitiveTypes.Int64}}
+	sh, err := st.CreateShard(ctx, "c", arrow.NewSchema(user, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := arrow.NewSchema(append(append([]arrow.Field{}, user...),
+		arrow.Field{Name: "_time", Type: arrow.PrimitiveTypes.Uint64}, arrow.Field{Name: "_diff", Type: arrow.PrimitiveTypes.Int64}), nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	for i, at := range []uint64{30, 10, 20, 10} {
+		b.Field(0).(*array.Int64Builder).Append(int64(i))
+		b.Field(1).(*array.Uint64Builder).Append(at)
+		b.Field(2).(*array.Int64Builder).Append(1)
+	}
+	rec := b.NewRecord()
+	b.Release()
+	defer rec.Release()
+
+	w := newStoreWriter(st, "src", []string{"c"})
+	defer w.Close()
+	if err := w.Data("c", schema, rec); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []uint64{11, 21, 31} {
+		if err := w.Progress(u); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Flush(); err != nil {
+			t.Fatalf("commit to %d: %v", u, err)
+		}
+		got, err := readAsOf(ctx, sh, u-1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[uint64]int{11: 2, 21: 3, 31: 4}[u]; got != want {
+			t.Errorf("as of %d: %d rows, want %d", u-1, got, want)
+		}
+	}
+}
+
+// readAsOf counts the rows of sh as of t.
+func readAsOf(ctx context.Context, sh *store.Shard, t uint64) (int, error) {
+	if err := sh.Refresh(ctx); err != nil {
+		return 0, err
+	}
+	rec, err := sh.ReadAsOf(ctx, t)
+	if err != nil {
+		return 0, err
+	}
+	defer rec.Release()
+	return int(rec.NumRows()), nil
+}

@@ -175,7 +175,7 @@ func (r *Reclocker) Data(ctx context.Context, collection string, rec arrow.Recor
 		return nil
 	}
 	if len(waitRows) > 0 {
-		sub, err := take(rec, waitRows, r.opts.Mem)
+		sub, err := arrowutil.Take(rec, waitRows, r.opts.Mem)
 		if err != nil {
 			return err
 		}
@@ -300,7 +300,7 @@ func (r *Reclocker) mint(ctx context.Context, wall time.Time) error {
 		if err := r.emit(h, bound, t); err != nil {
 			return err
 		}
-		sub, err := take(h.rec, wait, r.opts.Mem)
+		sub, err := arrowutil.Take(h.rec, wait, r.opts.Mem)
 		h.rec.Release()
 		if err != nil {
 			return err
@@ -417,7 +417,7 @@ func (r *Reclocker) emit(h held, rows []int, t uint64) error {
 	sub := h.rec
 	if rows != nil {
 		var err error
-		if sub, err = take(h.rec, rows, r.opts.Mem); err != nil {
+		if sub, err = arrowutil.Take(h.rec, rows, r.opts.Mem); err != nil {
 			return err
 		}
 		defer sub.Release()
@@ -451,32 +451,4 @@ func (r *Reclocker) emit(h held, rows []int, t uint64) error {
 	out := array.NewRecord(h.schema, cols, int64(n))
 	defer out.Release()
 	return r.out.Data(h.collection, h.schema, out)
-}
-
-// take returns the rows of rec at the given indices.
-func take(rec arrow.Record, rows []int, mem memory.Allocator) (arrow.Record, error) {
-	if len(rows) == int(rec.NumRows()) {
-		rec.Retain()
-		return rec, nil
-	}
-	// Runs of consecutive rows become slices; concatenate them.
-	var parts []arrow.Record
-	for i := 0; i < len(rows); {
-		j := i + 1
-		for j < len(rows) && rows[j] == rows[j-1]+1 {
-			j++
-		}
-		parts = append(parts, rec.NewSlice(int64(rows[i]), int64(rows[j-1]+1)))
-		i = j
-	}
-	defer func() {
-		for _, p := range parts {
-			p.Release()
-		}
-	}()
-	out, err := arrowutil.Concat(rec.Schema(), parts, mem)
-	if err != nil {
-		return nil, fmt.Errorf("reclock: select rows: %w", err)
-	}
-	return out, nil
 }
