@@ -639,7 +639,7 @@ func benchKafkaIngest(b *testing.B, brokers []string, topic string, records, par
 			for i := 0; i < b.N; i++ {
 				st := openStore(b)
 				start := time.Now()
-				run := startIngest(b, st, KafkaConfig{Brokers: brokers, Topics: []string{topic}, Envelope: env, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, Options{Interval: 100 * time.Millisecond})
+				run := startIngest(b, st, KafkaConfig{Brokers: brokers, Topics: []string{topic}, Envelope: env, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, Options{Interval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 				waitCaughtUp(b, st, brokers, "", topic, 5*time.Minute)
 				took += time.Since(start)
 				if err := run.stop(b); err != nil {
