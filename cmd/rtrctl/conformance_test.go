@@ -36,6 +36,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
 	"github.com/rtrctl/rtrctl/pkg/store"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 func TestConformance(t *testing.T) {
@@ -657,7 +658,7 @@ func TestConformanceBrokenSource(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var src ingest.Source = ingest.NewPG(ingest.PGConfig{Upstream: mustPG(fx.dsn), Publication: "rtr", Source: "conf", Logger: quiet})
+		var src ingest.Source = ingest.NewPG(ingest.PGConfig{Upstream: upstream.MustParsePostgres(fx.dsn), Publication: "rtr", Source: "conf", Logger: quiet})
 		if broken {
 			src = progressFirst{src.(*ingest.PG)}
 		}

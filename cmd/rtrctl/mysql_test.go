@@ -23,6 +23,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
 	"github.com/rtrctl/rtrctl/pkg/store"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // myDB is a fresh MariaDB database.
@@ -315,7 +316,7 @@ func startMyIngest(t *testing.T, dsnStr, dir string, tables []string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- ingest.Run(ctx, ingest.NewMySQL(ingest.MySQLConfig{Upstream: mustMy(dsnStr), Tables: tables}), st, ingest.Options{CompactEvery: -1})
+		done <- ingest.Run(ctx, ingest.NewMySQL(ingest.MySQLConfig{Upstream: upstream.MustParseMySQL(dsnStr), Tables: tables}), st, ingest.Options{CompactEvery: -1})
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -11,6 +11,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/ingest"
 	"github.com/rtrctl/rtrctl/pkg/recency"
 	"github.com/rtrctl/rtrctl/pkg/store"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // TestWaitRecentHTTP: an ingest started with a recency address answers
@@ -29,7 +30,7 @@ func TestWaitRecentHTTP(t *testing.T) {
 	go func() {
 		log := slog.New(slog.NewTextHandler(io.Discard, nil))
 		done <- ingest.Run(ctx, ingest.NewPG(ingest.PGConfig{
-			Upstream: mustPG(u.ingestDSN()), Publication: "pub", Slot: slot, Source: "pg", Logger: log,
+			Upstream: upstream.MustParsePostgres(u.ingestDSN()), Publication: "pub", Slot: slot, Source: "pg", Logger: log,
 		}), st, ingest.Options{CompactEvery: -1, RecencyAddr: "127.0.0.1:0", Logger: log})
 	}()
 	t.Cleanup(func() {

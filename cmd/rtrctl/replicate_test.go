@@ -18,6 +18,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // replDB makes a database with tables t (REPLICA IDENTITY FULL), a
@@ -267,5 +268,5 @@ func TestReplicateCLIErrors(t *testing.T) {
 }
 
 func replicateCfg(dsn, slot string) replicate.PGConfig {
-	return replicate.PGConfig{Upstream: mustPG(dsn), Publication: "pub", Slot: slot, StatusInterval: 100 * time.Millisecond}
+	return replicate.PGConfig{Upstream: upstream.MustParsePostgres(dsn), Publication: "pub", Slot: slot, StatusInterval: 100 * time.Millisecond}
 }

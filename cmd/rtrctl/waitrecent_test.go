@@ -27,6 +27,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/ingest"
 	"github.com/rtrctl/rtrctl/pkg/recency"
 	"github.com/rtrctl/rtrctl/pkg/store"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // The real-time recency tests run rtrctl ingest in-process
@@ -146,7 +147,7 @@ func rrRunIngest(t *testing.T, u *rrUpstream, dir, source, slot string) *rrInges
 	}
 	go func() {
 		ing.done <- ingest.Run(ctx, ingest.NewPG(ingest.PGConfig{
-			Upstream: mustPG(u.ingestDSN()), Publication: "pub", Slot: slot, Source: source, Logger: log,
+			Upstream: upstream.MustParsePostgres(u.ingestDSN()), Publication: "pub", Slot: slot, Source: source, Logger: log,
 		}), st, ingest.Options{CompactEvery: -1, Logger: log})
 	}()
 	t.Cleanup(func() {

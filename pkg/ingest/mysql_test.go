@@ -17,6 +17,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
 	"github.com/rtrctl/rtrctl/pkg/store"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 type myIngest struct {
@@ -37,7 +38,7 @@ func startMyIngest(t *testing.T, m *testenv.MariaDB, tables []string) *myIngest 
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &myIngest{st: st, cancel: cancel, done: make(chan error, 1)}
 	go func() {
-		r.done <- Run(ctx, NewMySQL(MySQLConfig{Upstream: mustMy(m.URL()), Tables: tables,
+		r.done <- Run(ctx, NewMySQL(MySQLConfig{Upstream: upstream.MustParseMySQL(m.URL()), Tables: tables,
 			OnSession: func(id uint32) {
 				r.mu.Lock()
 				r.sessions = append(r.sessions, id)

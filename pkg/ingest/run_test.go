@@ -18,6 +18,7 @@ import (
 
 	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/store"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // sourceCase is one source kind with a fresh upstream holding one
@@ -50,7 +51,7 @@ func everySource() []sourceCase {
 			}
 			slot := "rtr_run_" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "_"))
 			t.Cleanup(func() { dropSlot(dsn, slot) })
-			return NewPG(PGConfig{Upstream: mustPG(dsn), Publication: "p", Slot: slot, Logger: quietLog()}), "pg", "public.t"
+			return NewPG(PGConfig{Upstream: upstream.MustParsePostgres(dsn), Publication: "p", Slot: slot, Logger: quietLog()}), "pg", "public.t"
 		}, upstreamOK: func(ps []string) bool { return slices.Equal(ps, []string{""}) }},
 		{name: "mariadb", source: func(t *testing.T, rows int) (Source, string, string) {
 			m := testenv.SharedMariaDB(t)
@@ -64,7 +65,7 @@ func everySource() []sourceCase {
 			for i := 1; i <= rows; i++ {
 				myQuery(t, c, fmt.Sprintf("INSERT INTO t VALUES (%d, 'x')", i))
 			}
-			return NewMySQL(MySQLConfig{Upstream: mustMy(m.URL()), Tables: []string{db + ".t"}, Logger: quietLog()}), "mysql", db + ".t"
+			return NewMySQL(MySQLConfig{Upstream: upstream.MustParseMySQL(m.URL()), Tables: []string{db + ".t"}, Logger: quietLog()}), "mysql", db + ".t"
 		}, upstreamOK: func(ps []string) bool { return len(ps) > 0 && !slices.Contains(ps, "") }},
 		{name: "kafka", source: func(t *testing.T, rows int) (Source, string, string) {
 			k := testenv.SharedKafka(t)

@@ -14,6 +14,7 @@ import (
 	"github.com/rtrctl/rtrctl/internal/retry"
 	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // freeAddrPort returns a loopback port nothing listens on (a moment ago).
@@ -41,7 +42,7 @@ func TestRetryAuthFailsAtOnce(t *testing.T) {
 		u.User = url.UserPassword(pg.User, wrongPassword)
 		var logs logBuffer
 		cfg := d.cfg()
-		cfg.Upstream, cfg.RetryFor, cfg.Logger = mustPG(u.String()), retryFor, logs.logger()
+		cfg.Upstream, cfg.RetryFor, cfg.Logger = upstream.MustParsePostgres(u.String()), retryFor, logs.logger()
 		t0 := time.Now()
 		err = replicate.StreamPG(t.Context(), cfg, newRecSink())
 		el := time.Since(t0)
@@ -65,7 +66,7 @@ func TestRetryAuthFailsAtOnce(t *testing.T) {
 		wrong.Password = "not-the-password-789"
 		var logs logBuffer
 		t0 := time.Now()
-		err := replicate.StreamMySQL(t.Context(), replicate.MySQLConfig{Upstream: mustMy(wrong.URL()), RetryFor: retryFor, Logger: logs.logger()}, newMySink())
+		err := replicate.StreamMySQL(t.Context(), replicate.MySQLConfig{Upstream: upstream.MustParseMySQL(wrong.URL()), RetryFor: retryFor, Logger: logs.logger()}, newMySink())
 		el := time.Since(t0)
 		if err == nil || !strings.Contains(err.Error(), "access denied") || !strings.Contains(hint.Of(err), "check the user and password") {
 			t.Fatalf("StreamMySQL = %v (hint %q), want access denied with its hint", err, hint.Of(err))
@@ -95,11 +96,11 @@ func TestRetryFirstConnection(t *testing.T) {
 		hint   string
 	}{
 		{"postgres", func(ctx context.Context, l *logBuffer) error {
-			return replicate.StreamPG(ctx, replicate.PGConfig{Upstream: mustPG("postgres://rtr:hunter2@127.0.0.1:" + port + "/rtr?sslmode=disable"), Publication: "pub", Slot: "rtr_x",
+			return replicate.StreamPG(ctx, replicate.PGConfig{Upstream: upstream.MustParsePostgres("postgres://rtr:hunter2@127.0.0.1:" + port + "/rtr?sslmode=disable"), Publication: "pub", Slot: "rtr_x",
 				RetryFor: retryFor, MaxBackoff: 200 * time.Millisecond, Logger: l.logger()}, newRecSink())
 		}, "replicate postgres: transient failure; retrying", "is PostgreSQL running"},
 		{"mariadb", func(ctx context.Context, l *logBuffer) error {
-			return replicate.StreamMySQL(ctx, replicate.MySQLConfig{Upstream: mustMy("rtr:hunter2@tcp(127.0.0.1:" + port + ")/"),
+			return replicate.StreamMySQL(ctx, replicate.MySQLConfig{Upstream: upstream.MustParseMySQL("rtr:hunter2@tcp(127.0.0.1:" + port + ")/"),
 				RetryFor: retryFor, MaxBackoff: 200 * time.Millisecond, Logger: l.logger()}, newMySink())
 		}, "replicate mysql: transient failure; retrying", "is the MySQL/MariaDB server running"},
 	} {

@@ -10,6 +10,7 @@ import (
 	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // streamErr runs StreamPG to its end (at most 20 s) and returns its error.
@@ -100,7 +101,7 @@ func TestReplicateErrors(t *testing.T) {
 func TestReplicateWalLevel(t *testing.T) {
 	pg := testenv.StartPostgres(t, testenv.PostgresOptions{WalLevel: "replica"})
 	dsn := pg.CreateDatabase(t)
-	err := streamErr(t, replicate.PGConfig{Upstream: mustPG(dsn), Publication: "pub", Slot: "rtr_x"})
+	err := streamErr(t, replicate.PGConfig{Upstream: upstream.MustParsePostgres(dsn), Publication: "pub", Slot: "rtr_x"})
 	wantErr(t, err, pg, `wal_level is "replica", but logical replication needs wal_level=logical`, "ALTER SYSTEM SET wal_level = logical")
 }
 

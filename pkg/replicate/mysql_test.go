@@ -18,6 +18,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 func TestCheckBinlogSettings(t *testing.T) {
@@ -217,7 +218,7 @@ func TestMySQLStream(t *testing.T) {
 	myRun(t, c, fmt.Sprintf("CREATE TABLE %s.a (id int PRIMARY KEY, v varchar(20))", db),
 		fmt.Sprintf("CREATE TABLE %s.b (id int PRIMARY KEY, n bigint)", db))
 	sink := newMySink()
-	stop := streamUntil(t, replicate.MySQLConfig{Upstream: mustMy(m.URL()), Tables: []string{db + ".a", db + ".b"}}, sink)
+	stop := streamUntil(t, replicate.MySQLConfig{Upstream: upstream.MustParseMySQL(m.URL()), Tables: []string{db + ".a", db + ".b"}}, sink)
 	myWaitFor(t, "first progress", func() bool { return sink.last().Domain() != "" })
 
 	gtid := func() string { return myString(t, c, "SELECT @@last_gtid") }
@@ -289,7 +290,7 @@ func TestMySQLSettingsErrors(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m := testenv.StartMariaDB(t, c.opts)
-			err := replicate.StreamMySQL(context.Background(), replicate.MySQLConfig{Upstream: mustMy(m.URL())}, newMySink())
+			err := replicate.StreamMySQL(context.Background(), replicate.MySQLConfig{Upstream: upstream.MustParseMySQL(m.URL())}, newMySink())
 			if !errors.Is(err, replicate.ErrBinlogSettings) || !strings.Contains(err.Error(), c.msg) || !strings.Contains(hint.Of(err), c.fix) {
 				t.Fatalf("got %v (hint %q)", err, hint.Of(err))
 			}
@@ -310,7 +311,7 @@ func TestMySQLAltered(t *testing.T) {
 	myRun(t, c, fmt.Sprintf("CREATE TABLE %s.a (id int PRIMARY KEY, v int)", db),
 		fmt.Sprintf("CREATE TABLE %s.b (id int PRIMARY KEY, v int)", db))
 	sink := newMySink()
-	stop := streamUntil(t, replicate.MySQLConfig{Upstream: mustMy(m.URL()), Tables: []string{db + ".a", db + ".b"}}, sink)
+	stop := streamUntil(t, replicate.MySQLConfig{Upstream: upstream.MustParseMySQL(m.URL()), Tables: []string{db + ".a", db + ".b"}}, sink)
 	myWaitFor(t, "first progress", func() bool { return sink.last().Domain() != "" })
 	myRun(t, c, fmt.Sprintf("INSERT INTO %s.a VALUES (1, 1)", db), fmt.Sprintf("INSERT INTO %s.b VALUES (1, 1)", db),
 		fmt.Sprintf("ALTER TABLE %s.a ADD COLUMN w int", db),
@@ -356,7 +357,7 @@ func TestMySQLPurged(t *testing.T) {
 		first, _ := r.GetString(0, 0)
 		return first == cur
 	})
-	err = replicate.StreamMySQL(context.Background(), replicate.MySQLConfig{Upstream: mustMy(m.URL()), Tables: []string{"d.t"}, Start: old}, newMySink())
+	err = replicate.StreamMySQL(context.Background(), replicate.MySQLConfig{Upstream: upstream.MustParseMySQL(m.URL()), Tables: []string{"d.t"}, Start: old}, newMySink())
 	if !errors.Is(err, replicate.ErrPurged) || !strings.Contains(hint.Of(err), "new store") {
 		t.Fatalf("got %v (hint %q)", err, hint.Of(err))
 	}
@@ -376,7 +377,7 @@ func TestMySQLKillConnection(t *testing.T) {
 	var sessions []uint32
 	sink := newMySink()
 	var kills int
-	stop := streamUntil(t, replicate.MySQLConfig{Upstream: mustMy(m.URL()), Tables: []string{db + ".t"}, FlushRows: 100, MaxBackoff: 200 * time.Millisecond,
+	stop := streamUntil(t, replicate.MySQLConfig{Upstream: upstream.MustParseMySQL(m.URL()), Tables: []string{db + ".t"}, FlushRows: 100, MaxBackoff: 200 * time.Millisecond,
 		OnSession: func(id uint32) {
 			mu.Lock()
 			sessions = append(sessions, id)
@@ -470,7 +471,7 @@ func TestMySQLIdleProgress(t *testing.T) {
 	myRun(t, c, fmt.Sprintf("CREATE TABLE %s.t (id int PRIMARY KEY)", db), fmt.Sprintf("CREATE TABLE %s.o (id int AUTO_INCREMENT PRIMARY KEY)", other))
 	sink := newMySink()
 	nudge := make(chan struct{}, 1)
-	stop := streamUntil(t, replicate.MySQLConfig{Upstream: mustMy(m.URL()), Tables: []string{db + ".t"}, Nudge: nudge, HeartbeatPeriod: 200 * time.Millisecond}, sink)
+	stop := streamUntil(t, replicate.MySQLConfig{Upstream: upstream.MustParseMySQL(m.URL()), Tables: []string{db + ".t"}, Nudge: nudge, HeartbeatPeriod: 200 * time.Millisecond}, sink)
 	myWaitFor(t, "first progress", func() bool { return sink.last().Domain() != "" })
 	measure := func(write bool) time.Duration {
 		if write {

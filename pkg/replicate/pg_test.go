@@ -16,6 +16,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow/pgarrowtest"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 const abSetup = `
@@ -23,7 +24,7 @@ CREATE TABLE a (id int PRIMARY KEY, v text); ALTER TABLE a REPLICA IDENTITY FULL
 CREATE TABLE b (id int NOT NULL, w int); ALTER TABLE b REPLICA IDENTITY FULL;`
 
 func (d *db) cfg() replicate.PGConfig {
-	return replicate.PGConfig{Upstream: mustPG(d.dsn), Publication: d.pub, Slot: d.slot, NoAck: true, StatusInterval: 100 * time.Millisecond}
+	return replicate.PGConfig{Upstream: upstream.MustParsePostgres(d.dsn), Publication: d.pub, Slot: d.slot, NoAck: true, StatusInterval: 100 * time.Millisecond}
 }
 
 type txnCase struct {

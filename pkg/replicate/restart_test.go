@@ -21,6 +21,7 @@ import (
 	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // logBuffer collects slog text output safely across goroutines.
@@ -241,7 +242,7 @@ func TestReplicateMySQLRestart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		errc <- replicate.StreamMySQL(ctx, replicate.MySQLConfig{Upstream: mustMy(m.URL()), Tables: []string{db + ".r"},
+		errc <- replicate.StreamMySQL(ctx, replicate.MySQLConfig{Upstream: upstream.MustParseMySQL(m.URL()), Tables: []string{db + ".r"},
 			MaxBackoff: 300 * time.Millisecond, RetryFor: time.Minute, Logger: logs.logger()}, sink)
 	}()
 	failIfDone := func() {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // benchRows is the size of the benchmark table.
@@ -83,7 +84,7 @@ func BenchmarkSnapshot(b *testing.B) {
 			var best time.Duration
 			for range b.N {
 				began := time.Now()
-				res, err := PG(ctx, Config{Upstream: mustPG(dsn), Publication: "pub", Slot: "rtr_bench", Parallel: par, Format: bc.format},
+				res, err := PG(ctx, Config{Upstream: upstream.MustParsePostgres(dsn), Publication: "pub", Slot: "rtr_bench", Parallel: par, Format: bc.format},
 					&pipe.PipeSink{W: pipe.NewWriter(io.Discard, nil), Source: "pg"})
 				if err != nil {
 					b.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // TestBinaryMatchesText copies tables of every type with a binary decoder,
@@ -38,8 +39,8 @@ func TestBinaryMatchesText(t *testing.T) {
 		INSERT INTO texty VALUES (1.25, 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{1,NULL,3}', '1 day 02:00:00'), (NULL, NULL, NULL, NULL);
 		CREATE PUBLICATION pubtypes FOR TABLE types, texty`)
 	slot := uniqueSlot(t, conn)
-	auto, sa := takeSnapshot(t, Config{Upstream: mustPG(dsn), Publication: "pubtypes", Slot: slot})
-	text, st := takeSnapshot(t, Config{Upstream: mustPG(dsn), Publication: "pubtypes", Slot: slot, Format: "text"})
+	auto, sa := takeSnapshot(t, Config{Upstream: upstream.MustParsePostgres(dsn), Publication: "pubtypes", Slot: slot})
+	text, st := takeSnapshot(t, Config{Upstream: upstream.MustParsePostgres(dsn), Publication: "pubtypes", Slot: slot, Format: "text"})
 	formats := map[string]string{}
 	for _, tr := range auto.Tables {
 		formats[tr.Name] = tr.Format

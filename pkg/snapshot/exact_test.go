@@ -22,6 +22,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/pgarrow/pgarrowtest"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // exactKey is the canonical form of a row of public.every: each column's
@@ -350,7 +351,7 @@ func TestSnapshotPlusReplicationIsExact(t *testing.T) {
 	take()
 	// The snapshot is taken while the writer runs, between checkpoints.
 	snap := &everySnapshotSink{rows: map[string]int64{}}
-	res, err := PG(ctx, Config{Upstream: mustPG(dsn), Publication: "pub", Slot: slot, Parallel: 2}, snap)
+	res, err := PG(ctx, Config{Upstream: upstream.MustParsePostgres(dsn), Publication: "pub", Slot: slot, Parallel: 2}, snap)
 	if err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
@@ -370,7 +371,7 @@ func TestSnapshotPlusReplicationIsExact(t *testing.T) {
 	sink := &changeSink{}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := replicate.StreamPG(sctx, replicate.PGConfig{Upstream: mustPG(dsn), Publication: "pub", Slot: slot, StopAt: last - 1, NoAck: true}, sink); err != nil {
+	if err := replicate.StreamPG(sctx, replicate.PGConfig{Upstream: upstream.MustParsePostgres(dsn), Publication: "pub", Slot: slot, StopAt: last - 1, NoAck: true}, sink); err != nil {
 		t.Fatalf("replicate: %v", err)
 	}
 

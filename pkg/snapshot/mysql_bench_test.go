@@ -16,6 +16,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 const benchMyRows = 200_000
@@ -72,7 +73,7 @@ func BenchmarkMySQL(b *testing.B) {
 			for _, par := range []int{1, 2} {
 				w := pipe.NewWriter(io.Discard, nil)
 				began := time.Now()
-				res, err := MySQL(ctx, MySQLConfig{Upstream: mustMy(m.URL()), Tables: []string{"bench.t"}, Parallel: par, RangeRows: 20_000}, &pipe.PipeSink{W: w, Source: "mysql"})
+				res, err := MySQL(ctx, MySQLConfig{Upstream: upstream.MustParseMySQL(m.URL()), Tables: []string{"bench.t"}, Parallel: par, RangeRows: 20_000}, &pipe.PipeSink{W: w, Source: "mysql"})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -99,7 +100,7 @@ func BenchmarkMySQL(b *testing.B) {
 			w := pipe.NewWriter(io.Discard, nil)
 			sink := &benchSink{w: w}
 			began := time.Now()
-			if err := replicate.StreamMySQL(ctx, replicate.MySQLConfig{Upstream: mustMy(m.URL()), Start: startPos, StopAt: end}, sink); err != nil {
+			if err := replicate.StreamMySQL(ctx, replicate.MySQLConfig{Upstream: upstream.MustParseMySQL(m.URL()), Start: startPos, StopAt: end}, sink); err != nil {
 				b.Fatal(err)
 			}
 			st += time.Since(began)

@@ -18,6 +18,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // myRows consolidates updates: per collection, row text -> summed diff.
@@ -111,7 +112,7 @@ func myConnect(t testing.TB, m *testenv.MariaDB) *client.Conn {
 
 func myPosition(t testing.TB, m *testenv.MariaDB) (string, frontier.Frontier) {
 	t.Helper()
-	srv, err := replicate.OpenServer(context.Background(), mustMy(m.URL()))
+	srv, err := replicate.OpenServer(context.Background(), upstream.MustParseMySQL(m.URL()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +166,7 @@ func TestMySQLTypesAgree(t *testing.T) {
 	ctx := context.Background()
 
 	snap := newMyRows()
-	res, err := MySQL(ctx, MySQLConfig{Upstream: mustMy(m.URL()), Tables: []string{coll}}, snap)
+	res, err := MySQL(ctx, MySQLConfig{Upstream: upstream.MustParseMySQL(m.URL()), Tables: []string{coll}}, snap)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func TestMySQLTypesAgree(t *testing.T) {
 		t.Fatalf("snapshot: %d rows, %d rewound", res.Rows(), res.Rewound())
 	}
 	stream := &streamRows{myRows: newMyRows()}
-	if err := replicate.StreamMySQL(ctx, replicate.MySQLConfig{Upstream: mustMy(m.URL()), Tables: []string{coll}, Start: startPos, StopAt: end}, stream); err != nil {
+	if err := replicate.StreamMySQL(ctx, replicate.MySQLConfig{Upstream: upstream.MustParseMySQL(m.URL()), Tables: []string{coll}, Start: startPos, StopAt: end}, stream); err != nil {
 		t.Fatal(err)
 	}
 	if len(stream.errs) > 0 {
@@ -191,7 +192,7 @@ func TestMySQLTypesAgree(t *testing.T) {
 
 	// Rewound to before the inserts: time 0 is the empty table.
 	again := newMyRows()
-	res, err = MySQL(ctx, MySQLConfig{Upstream: mustMy(m.URL()), Tables: []string{coll}, Start: start}, again)
+	res, err = MySQL(ctx, MySQLConfig{Upstream: upstream.MustParseMySQL(m.URL()), Tables: []string{coll}, Start: start}, again)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +257,7 @@ func TestMySQLSnapshotDefinite(t *testing.T) {
 	}
 	tables := []string{db + ".acct", db + ".ev"}
 	first := newMyRows()
-	res1, err := MySQL(ctx, MySQLConfig{Upstream: mustMy(m.URL()), Tables: tables}, first)
+	res1, err := MySQL(ctx, MySQLConfig{Upstream: upstream.MustParseMySQL(m.URL()), Tables: tables}, first)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,14 +266,14 @@ func TestMySQLSnapshotDefinite(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	second := newMyRows()
-	res2, err := MySQL(ctx, MySQLConfig{Upstream: mustMy(m.URL()), Tables: tables, Start: res1.Start, Parallel: 3, RangeRows: 300}, second)
+	res2, err := MySQL(ctx, MySQLConfig{Upstream: upstream.MustParseMySQL(m.URL()), Tables: tables, Start: res1.Start, Parallel: 3, RangeRows: 300}, second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cancel()
 	wg.Wait()
 	third := newMyRows()
-	res3, err := MySQL(context.Background(), MySQLConfig{Upstream: mustMy(m.URL()), Tables: tables, Start: res1.Start, Parallel: 2}, third)
+	res3, err := MySQL(context.Background(), MySQLConfig{Upstream: upstream.MustParseMySQL(m.URL()), Tables: tables, Start: res1.Start, Parallel: 2}, third)
 	if err != nil {
 		t.Fatal(err)
 	}

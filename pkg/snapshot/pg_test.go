@@ -21,6 +21,7 @@ import (
 	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -361,9 +362,9 @@ func TestDefinite(t *testing.T) {
 	w.mu.Unlock()
 
 	w.waitCommits(t, 50)
-	res1, s1 := takeSnapshot(t, Config{Upstream: mustPG(dsn), Publication: "pub", Slot: slot, Tables: []string{"items"}})
+	res1, s1 := takeSnapshot(t, Config{Upstream: upstream.MustParsePostgres(dsn), Publication: "pub", Slot: slot, Tables: []string{"items"}})
 	w.waitCommits(t, 50)
-	res2, s2 := takeSnapshot(t, Config{Upstream: mustPG(dsn), Publication: "pub", Slot: slot, Parallel: 2, BatchRows: 100})
+	res2, s2 := takeSnapshot(t, Config{Upstream: upstream.MustParsePostgres(dsn), Publication: "pub", Slot: slot, Parallel: 2, BatchRows: 100})
 	w.halt(t)
 
 	if res1.SlotLSN != slotLSN || res2.SlotLSN != slotLSN || res1.SlotCreated || res2.SlotCreated {
@@ -418,7 +419,7 @@ func TestParallel(t *testing.T) {
 	w := startWriter(t, dsn, 30000)
 	w.waitCommits(t, 10)
 
-	base := Config{Upstream: mustPG(dsn), Publication: "pub", Slot: slot, Tables: []string{"public.items"}}
+	base := Config{Upstream: upstream.MustParsePostgres(dsn), Publication: "pub", Slot: slot, Tables: []string{"public.items"}}
 	one := base
 	one.Parallel = 1
 	three := base
@@ -465,7 +466,7 @@ func TestErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.cfg.Upstream = mustPG(dsn)
+			tc.cfg.Upstream = upstream.MustParsePostgres(dsn)
 			if tc.cfg.Slot == "" {
 				tc.cfg.Slot = slot
 			}

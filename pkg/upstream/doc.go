@@ -9,3 +9,23 @@
 // Nothing here checks a server's settings (wal_level, the binlog): that
 // belongs to the stage that needs them.
 package upstream
+
+// MustParsePostgres is ParsePostgres for DSNs known to be well formed (a
+// test server's); it panics on an error, like regexp.MustCompile.
+func MustParsePostgres(dsn string) *Postgres {
+	p, err := ParsePostgres(dsn)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// MustParseMySQL is ParseMySQL for DSNs known to be well formed; it panics
+// on an error.
+func MustParseMySQL(dsn string) *MySQL {
+	m, err := ParseMySQL(dsn)
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
