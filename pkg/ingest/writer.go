@@ -133,7 +133,7 @@ func (b *buffered) release() {
 type commitJob struct {
 	upper   uint64
 	pending map[string]*buffered
-	errs    map[string][]string
+	errs    map[string][]timedError
 	flushed chan struct{}
 }
 
@@ -284,12 +284,12 @@ func (w *storeWriter) Progress(upper uint64) error {
 	if err := w.Err(); err != nil {
 		return err
 	}
-	j := commitJob{upper: upper, pending: map[string]*buffered{}, errs: map[string][]string{}}
+	j := commitJob{upper: upper, pending: map[string]*buffered{}, errs: map[string][]timedError{}}
 	rest, restErrs := map[string]*buffered{}, map[string][]timedError{}
 	for c, es := range w.errs {
 		for _, e := range es {
 			if e.t < upper {
-				j.errs[c] = append(j.errs[c], e.msg)
+				j.errs[c] = append(j.errs[c], e)
 			} else {
 				restErrs[c] = append(restErrs[c], e)
 			}
@@ -319,7 +319,7 @@ func (w *storeWriter) Progress(upper uint64) error {
 // replayed after a restart).
 var errWriterClosed = errors.New("ingest: store writer closed")
 
-func (w *storeWriter) commit(ctx context.Context, c string, upper uint64, b *buffered, errMsgs []string) error {
+func (w *storeWriter) commit(ctx context.Context, c string, upper uint64, b *buffered, errs []timedError) error {
 	sh, err := w.st.Shard(ctx, c)
 	if errors.Is(err, store.ErrNotFound) {
 		if b == nil {
@@ -335,6 +335,37 @@ func (w *storeWriter) commit(ctx context.Context, c string, upper uint64, b *buf
 	if err := sh.Refresh(ctx); err != nil {
 		return fmt.Errorf("commit %s: %w", c, err)
 	}
+	// A definite error holds from its own time on: the data goes up to
+	// it, the error is recorded at it, and rows at or after it (the
+	// error's own transaction, say) are not committed. So every read at
+	// the error's time fails, never shows the collection as it was before.
+	dataUpper := upper
+	var firstErr *timedError
+	for i := range errs {
+		if firstErr == nil || errs[i].t < firstErr.t {
+			firstErr = &errs[i]
+		}
+	}
+	if firstErr != nil {
+		dataUpper = firstErr.t
+		if b != nil {
+			below, rest, err := b.split(dataUpper)
+			if err != nil {
+				return fmt.Errorf("commit %s: %w", c, err)
+			}
+			if rest != nil {
+				rest.release()
+			}
+			if below != b {
+				defer func() {
+					if below != nil {
+						below.release()
+					}
+				}()
+			}
+			b = below
+		}
+	}
 	cur := sh.Upper()
 	expected := cur
 	var recs []arrow.Record
@@ -346,19 +377,23 @@ func (w *storeWriter) commit(ctx context.Context, c string, upper uint64, b *buf
 		}
 		recs = b.recs
 	}
-	if upper <= expected {
-		return nil // already durable
+	var res store.AppendResult
+	if dataUpper > expected {
+		if res, err = sh.Append(ctx, expected, dataUpper, recs...); err != nil {
+			return fmt.Errorf("commit %s: %w", c, err)
+		}
 	}
-	res, err := sh.Append(ctx, expected, upper, recs...)
-	if err != nil {
-		return fmt.Errorf("commit %s: %w", c, err)
-	}
-	if len(errMsgs) > 0 {
-		for _, m := range errMsgs {
-			u := sh.Upper()
-			if _, err := sh.AppendError(ctx, u, u+1, m); err != nil {
-				return fmt.Errorf("commit error of %s: %w", c, err)
-			}
+	if firstErr != nil {
+		_, err := sh.AppendError(ctx, firstErr.t, max(upper, firstErr.t+1), firstErr.msg)
+		if _, ok := errors.AsType[*store.UpperMismatchError](err); ok && firstErr.t < cur {
+			// A replay met an error the first run did not (the upstream's
+			// catalog moved in between): history stays as committed, and
+			// the error holds from the collection's upper on.
+			at := sh.Upper()
+			_, err = sh.AppendError(ctx, at, max(upper, at+1), firstErr.msg)
+		}
+		if err != nil {
+			return fmt.Errorf("commit error of %s: %w", c, err)
 		}
 	}
 	if w.onCommit != nil && res.Status == store.Appended {

@@ -161,3 +161,61 @@ func readAsOf(ctx context.Context, sh *store.Shard, t uint64) (int, error) {
 	defer rec.Release()
 	return int(rec.NumRows()), nil
 }
+
+// TestStoreWriterErrorAtItsTime: a definite error bound at system time t
+// makes every read at t fail, so a recency answer t never shows the
+// collection as it was before the error (a TRUNCATE or a schema change
+// it could not follow), and a transaction whose other tables are visible
+// at t is never shown torn. The rows bound at t are not committed.
+func TestStoreWriterErrorAtItsTime(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	user := []arrow.Field{{Name: "k", Type: arrow.PrimitiveTypes.Int64}}
+	sh, err := st.CreateShard(ctx, "c", arrow.NewSchema(user, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := arrow.NewSchema(append(append([]arrow.Field{}, user...),
+		arrow.Field{Name: "_time", Type: arrow.PrimitiveTypes.Uint64}, arrow.Field{Name: "_diff", Type: arrow.PrimitiveTypes.Int64}), nil)
+	data := func(w *storeWriter, k int64, at uint64) {
+		b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+		defer b.Release()
+		b.Field(0).(*array.Int64Builder).Append(k)
+		b.Field(1).(*array.Uint64Builder).Append(at)
+		b.Field(2).(*array.Int64Builder).Append(1)
+		r := b.NewRecord()
+		defer r.Release()
+		if err := w.Data("c", schema, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := newStoreWriter(st, "src", []string{"c"})
+	defer w.Close()
+	data(w, 1, 10)
+	if err := w.Progress(11); err != nil {
+		t.Fatal(err)
+	}
+	data(w, 2, 20)
+	if err := w.Error("c", 20, "c was truncated"); err != nil {
+		t.Fatal(err)
+	}
+	data(w, 3, 25)
+	if err := w.Progress(30); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := readAsOf(ctx, sh, 19); err != nil || n != 1 {
+		t.Fatalf("as of 19: %d rows, %v; want the 1 row before the error", n, err)
+	}
+	for _, at := range []uint64{20, 29} {
+		var de *store.DefiniteError
+		if _, err := readAsOf(ctx, sh, at); !errors.As(err, &de) || de.Time != 20 {
+			t.Fatalf("as of %d: %v; want the definite error at 20", at, err)
+		}
+	}
+	if sh.Upper() != 30 {
+		t.Fatalf("upper %d, want 30", sh.Upper())
+	}
+}
