@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/ingest"
@@ -41,9 +42,9 @@ func init() {
 				&cli.StringFlag{Name: "group", Usage: "kafka: consumer group to commit durable offsets to (monitoring only)"}}, formats("ingest")...),
 		},
 		upstream: func(c *cli.Context) (sourceUpstream, error) {
-			u := kafkaUpstream{kafka: upstream.ParseKafka(envDefault(c, "brokers", "RTR_KAFKA_BROKERS"))}
-			if len(u.kafka.Brokers) == 0 {
-				return nil, usagef("pass --brokers host:port or set RTR_KAFKA_BROKERS", "no Kafka brokers given")
+			u, err := kafkaBrokers(c)
+			if err != nil {
+				return nil, err
 			}
 			flag := "topic"
 			if c.Command.Name == "ingest" {
@@ -77,7 +78,32 @@ func init() {
 		recorded: func(info store.SourceInfo, _ string) (probe.Prober, error) {
 			return probe.NewKafka(upstream.ParseKafka(info.Upstream["brokers"]).Brokers, splitList(info.Upstream["topic"]))
 		},
+		upstreamFlag: "brokers",
+		// A store holds one source per topic: --brokers names the
+		// cluster, the store each source's topic.
+		upstreamOf: func(c *cli.Context, info store.SourceInfo) (sourceUpstream, error) {
+			u, err := kafkaBrokers(c)
+			if err != nil {
+				return nil, err
+			}
+			if u.topics = splitList(info.Upstream["topic"]); len(u.topics) == 0 {
+				return nil, hint.Wrap(errors.New("the store does not record the source's topic (no ingest recorded it)"),
+					"measure it by hand: rtrctl frontier --source kafka --brokers ... --topic NAME")
+			}
+			return u, nil
+		},
+		domains: []frontier.Domain{frontier.DomainKafka},
 	})
+}
+
+// kafkaBrokers is the Kafka upstream --brokers (or $RTR_KAFKA_BROKERS)
+// names, without topics.
+func kafkaBrokers(c *cli.Context) (kafkaUpstream, error) {
+	u := kafkaUpstream{kafka: upstream.ParseKafka(envDefault(c, "brokers", "RTR_KAFKA_BROKERS"))}
+	if len(u.kafka.Brokers) == 0 {
+		return u, usagef("pass --brokers host:port or set RTR_KAFKA_BROKERS", "no Kafka brokers given")
+	}
+	return u, nil
 }
 
 // kafkaUpstream is a Kafka cluster and topics.

@@ -47,7 +47,9 @@ func init() {
 			}
 			return ingest.NewMySQL(ingest.MySQLConfig{Upstream: u.(mysqlUpstream).my, Tables: tables, Parallel: c.Int("parallel"), Source: sourceID(c, "mysql")}), nil
 		},
-		recorded: recordedVia(upstream.ParseMySQL, probe.NewMySQL),
+		recorded:     recordedVia(upstream.ParseMySQL, probe.NewMySQL),
+		upstreamFlag: "dsn",
+		domains:      []frontier.Domain{frontier.DomainMySQL, frontier.DomainMariaDB},
 	})
 }
 

@@ -55,7 +55,9 @@ func init() {
 				Tables: splitList(c.String("tables")), Parallel: c.Int("parallel"), Source: sourceID(c, "pg"),
 			}), nil
 		},
-		recorded: recordedVia(upstream.ParsePostgres, probe.NewPostgres),
+		recorded:     recordedVia(upstream.ParsePostgres, probe.NewPostgres),
+		upstreamFlag: "dsn",
+		domains:      []frontier.Domain{frontier.DomainLSN},
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/ingest"
 	"github.com/rtrctl/rtrctl/pkg/store"
@@ -40,6 +41,18 @@ type sourceKind struct {
 	// store (its masked DSN with password put back), for wait-recent and
 	// status without a running ingest.
 	recorded func(info store.SourceInfo, password string) (probe.Prober, error)
+	// upstreamFlag is the flag upstream reads the kind's upstream from
+	// ("dsn", "brokers"): status measures a source of the kind against the
+	// command line only when it is given.
+	upstreamFlag string
+	// upstreamOf is upstream for one source of a store, which the store
+	// recorded as info (status): the same flags, completed from info where
+	// one command line cannot name every source (a Kafka source's topic).
+	// Nil: upstream as it is.
+	upstreamOf func(c *cli.Context, info store.SourceInfo) (sourceUpstream, error)
+	// domains are the time domains of the kind's frontiers: the kind of a
+	// source no ingest recorded (a store the stages wrote by hand).
+	domains []frontier.Domain
 }
 
 // sourceUpstream is a kind's parsed upstream (pkg/upstream), which its
@@ -72,6 +85,25 @@ func kindNamed(name string) *sourceKind {
 		}
 	}
 	return nil
+}
+
+// kindOfDomain returns the kind whose frontiers are of domain d, or nil.
+func kindOfDomain(d frontier.Domain) *sourceKind {
+	for _, k := range sourceKinds {
+		if slices.Contains(k.domains, d) {
+			return k
+		}
+	}
+	return nil
+}
+
+// upstreamFor is k's upstream, as the flags name it, for source info of a
+// store.
+func (k *sourceKind) upstreamFor(c *cli.Context, info store.SourceInfo) (sourceUpstream, error) {
+	if k.upstreamOf != nil {
+		return k.upstreamOf(c, info)
+	}
+	return k.upstream(c)
 }
 
 // lookupSource returns the kind of --source, with its parsed upstream.

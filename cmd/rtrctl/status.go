@@ -3,18 +3,22 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/store"
-	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 func statusCommand() *cli.Command {
@@ -24,14 +28,47 @@ func statusCommand() *cli.Command {
 		ArgsUsage: "DIR",
 		Description: `For every collection: its durable upper as a system time (milliseconds since
 the Unix epoch) and as its source's frontier, rows, batches, size and last
-error; for every source: whether an ingest holds it, and with --dsn the
-upstream frontier and the lag behind it.
+error; for every source: whether an ingest holds it, its last binding and,
+when its upstream is named, the upstream frontier and the lag behind it.
+
+The lag is the upstream frontier minus the last binding's frontier, summed
+over partitions, in the positions of the source's kind: WAL bytes (pg),
+transactions (mysql, mariadb) or records (kafka), as the rtr_lag_positions
+metric of 'rtrctl ingest'; and the age of that binding in ms (0 when caught
+up). Without --dsn, --brokers or --probe-recorded status reads only the
+store and probes nothing.
+
+Each source is measured as its own kind (the one its ingest recorded, else
+the one of its frontiers): --dsn is parsed as a PostgreSQL DSN for pg
+sources and as a MySQL DSN for mysql sources; --brokers measures every
+kafka source, each at the topic its ingest recorded. In a store with
+sources of several kinds, a source the flags do not fit (a postgres:// DSN,
+a mysql source) is skipped with a note; a --dsn or --brokers that fits no
+source of the store is an error. A --dsn measures every source of its kind:
+when sources of one kind come from several servers, only the lag of those
+on the server it names means anything.
+
+--probe-recorded measures the sources the flags do not name against the
+upstream their ingest recorded in the store, as wait-recent does. The store
+holds no password: PostgreSQL takes it from PGPASSWORD or ~/.pgpass; name a
+mysql source that needs one with --dsn. An upstream that cannot be probed
+fails the command (exit 1).
 
 Examples:
   rtrctl status ./data
-  rtrctl status ./data --dsn postgres://app@127.0.0.1/app --output json`,
+  rtrctl status ./data --dsn postgres://app@127.0.0.1/app --output json
+  rtrctl status ./data --dsn 'app:secret@tcp(127.0.0.1:3306)/app'
+  rtrctl status ./data --brokers 127.0.0.1:9092
+  rtrctl status ./data --dsn 'app:secret@tcp(127.0.0.1:3306)/app' --brokers 127.0.0.1:9092
+  PGPASSWORD=secret rtrctl status ./data --probe-recorded
+
+--output json gives the same with system times as numbers; per source
+"upstream" (a frontier), "lag_positions", "lag_wal_bytes" (pg sources
+only, the same number), "lag_ms" when measured, "lag_note" when skipped.`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "dsn", Usage: "PostgreSQL upstream to measure the lag against"},
+			&cli.StringFlag{Name: "dsn", Usage: "measure the store's pg sources against this PostgreSQL DSN, or its mysql sources against this MySQL/MariaDB DSN (forms as for 'rtrctl ingest')"},
+			&cli.StringFlag{Name: "brokers", Usage: "measure the store's kafka sources against these brokers, host:port[,host:port]"},
+			&cli.BoolFlag{Name: "probe-recorded", Usage: "measure the sources --dsn and --brokers do not name against the upstream their ingest recorded"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json"},
 		},
 		Action: func(c *cli.Context) error {
@@ -43,12 +80,13 @@ Examples:
 			if out != "text" && out != "json" {
 				return usagef("use --output text or json", "bad --output %q", out)
 			}
-			opts := statusOptions{dir: dir, output: out}
-			if d := c.String("dsn"); d != "" {
-				if opts.pg, err = upstream.ParsePostgres(d); err != nil {
-					return err
+			opts := statusOptions{dir: dir, output: out, recorded: c.Bool("probe-recorded"), flags: map[string]bool{}}
+			for _, k := range sourceKinds {
+				if c.String(k.upstreamFlag) != "" {
+					opts.flags[k.upstreamFlag] = true
 				}
 			}
+			opts.upstream = func(k *sourceKind, info store.SourceInfo) (sourceUpstream, error) { return k.upstreamFor(c, info) }
 			return runStatus(c.Context, c.App.Writer, opts)
 		},
 	}
@@ -56,8 +94,13 @@ Examples:
 
 type statusOptions struct {
 	dir, output string
-	// pg is the PostgreSQL upstream to measure the lag against (--dsn).
-	pg *upstream.Postgres
+	// flags are the upstream flags given (sourceKind.upstreamFlag: dsn,
+	// brokers); upstream parses them as kind k for a source of the store.
+	flags    map[string]bool
+	upstream func(k *sourceKind, info store.SourceInfo) (sourceUpstream, error)
+	// recorded measures the sources the flags do not name against the
+	// upstream their ingest recorded (--probe-recorded).
+	recorded bool
 }
 
 // statusJSON is the JSON form of `rtrctl status`. System times are numbers
@@ -87,8 +130,16 @@ type sourceStatus struct {
 	LastBound uint64             `json:"last_binding_time"`
 	Frontier  *frontier.Frontier `json:"frontier,omitempty"`
 	Upstream  *frontier.Frontier `json:"upstream,omitempty"`
-	LagBytes  *uint64            `json:"lag_wal_bytes,omitempty"`
-	LagMillis *int64             `json:"lag_ms,omitempty"`
+	// LagPositions is Upstream minus Frontier summed over partitions
+	// (frontier.Lag), in the unit of their domain; LagBytes is the same
+	// for pg sources, whose positions are WAL bytes.
+	LagPositions *uint64 `json:"lag_positions,omitempty"`
+	LagBytes     *uint64 `json:"lag_wal_bytes,omitempty"`
+	// LagMillis is the age of the last binding, 0 when caught up.
+	LagMillis *int64 `json:"lag_ms,omitempty"`
+	// LagNote says why the lag was not measured when an upstream was named
+	// but does not fit the source.
+	LagNote string `json:"lag_note,omitempty"`
 }
 
 func runStatus(ctx context.Context, w io.Writer, opts statusOptions) error {
@@ -102,39 +153,40 @@ func runStatus(ctx context.Context, w io.Writer, opts statusOptions) error {
 		return err
 	}
 	bindings := map[string][]frontier.Binding{}
-	for _, src := range sources {
+	// Which upstream each source is measured against is settled for all
+	// of them before any is probed: a flag that fits no source fails
+	// before any connection.
+	ups := newStatusUpstreams(opts)
+	defer ups.close()
+	out.Sources = make([]sourceStatus, len(sources))
+	for i, src := range sources {
 		bs, _, err := st.Bindings(ctx, src)
 		if err != nil {
 			return err
 		}
 		bindings[src] = bs
-		s := sourceStatus{Name: src, Running: st.LockHeld(src), Bindings: len(bs)}
-		if info, err := st.ReadSourceInfo(src); err == nil {
-			s.Kind = info.Kind
-		}
+		s := &out.Sources[i]
+		*s = sourceStatus{Name: src, Running: st.LockHeld(src), Bindings: len(bs)}
 		if len(bs) > 0 {
 			last := bs[len(bs)-1]
 			s.LastBound, s.Frontier = last.Time, &last.Frontier
-			if opts.pg != nil && last.Frontier.Domain() == frontier.DomainLSN {
-				p := probe.NewPostgres(opts.pg)
-				res, err := p.Probe(ctx)
-				p.Close()
-				if err != nil {
-					return err
-				}
-				s.Upstream = &res.Frontier
-				lag := uint64(0)
-				if res.Frontier.Pos() > last.Frontier.Pos() {
-					lag = res.Frontier.Pos() - last.Frontier.Pos()
-				}
-				ms := time.Now().UnixMilli() - int64(last.Time)
-				if lag == 0 {
-					ms = 0
-				}
-				s.LagBytes, s.LagMillis = &lag, &ms
-			}
 		}
-		out.Sources = append(out.Sources, s)
+		info, err := st.ReadSourceInfo(src)
+		recorded := err == nil
+		if recorded {
+			s.Kind = info.Kind
+		} else if !errors.Is(err, store.ErrNotFound) && ups.asked() {
+			return fmt.Errorf("status %s: %w", src, err)
+		}
+		if err := ups.pick(s, info, recorded); err != nil {
+			return err
+		}
+	}
+	if err := ups.check(out.Sources); err != nil {
+		return err
+	}
+	if err := ups.measure(ctx, bindings); err != nil {
+		return err
 	}
 	names, err := st.Collections(ctx)
 	if err != nil {
@@ -182,7 +234,7 @@ func runStatus(ctx context.Context, w io.Writer, opts statusOptions) error {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s\n", c.Name, c.Source, c.Upper, f, c.Rows, c.Batches, c.Bytes, c.LastError)
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "SOURCE\tKIND\tINGEST\tBINDINGS\tLAST BINDING\tFRONTIER\tUPSTREAM\tLAG")
+	fmt.Fprintln(tw, "SOURCE\tKIND\tINGEST\tBINDINGS\tLAST BINDING\tFRONTIER\tUPSTREAM\tLAG\tNOTE")
 	for _, s := range out.Sources {
 		running := "stopped"
 		if s.Running {
@@ -194,9 +246,192 @@ func runStatus(ctx context.Context, w io.Writer, opts statusOptions) error {
 		}
 		if s.Upstream != nil {
 			up = s.Upstream.String()
-			lag = fmt.Sprintf("%d bytes, %d ms", *s.LagBytes, *s.LagMillis)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", s.Name, s.Kind, running, s.Bindings, s.LastBound, f, up, lag)
+		if s.LagPositions != nil {
+			lag = fmt.Sprintf("%d %s, %d ms", *s.LagPositions, s.Upstream.Domain().Unit(), *s.LagMillis)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, running, s.Bindings, s.LastBound, f, up, lag, s.LagNote)
 	}
 	return tw.Flush()
+}
+
+// statusUpstreams settles which upstream status measures each source
+// against, then measures them.
+type statusUpstreams struct {
+	opts    statusOptions
+	fits    map[string]int     // upstream flag -> sources it names
+	misfits map[string][]error // upstream flag -> why it fits no source of its kinds
+	probes  []sourceProbe
+}
+
+// sourceProbe is the prober of one source's upstream.
+type sourceProbe struct {
+	s *sourceStatus
+	p probe.Prober
+}
+
+func newStatusUpstreams(opts statusOptions) *statusUpstreams {
+	return &statusUpstreams{opts: opts, fits: map[string]int{}, misfits: map[string][]error{}}
+}
+
+// asked reports whether any upstream was asked to be probed.
+func (u *statusUpstreams) asked() bool { return len(u.opts.flags) > 0 || u.opts.recorded }
+
+// pick chooses the upstream of source s, which the store recorded as info
+// (when recorded): the one the flags name for its kind, else with
+// --probe-recorded the recorded one. A source measured against none gets
+// a note saying why, when some upstream was named.
+func (u *statusUpstreams) pick(s *sourceStatus, info store.SourceInfo, recorded bool) error {
+	if !u.asked() {
+		return nil
+	}
+	var k *sourceKind
+	switch {
+	case recorded:
+		if k = kindNamed(info.Kind); k == nil {
+			s.LagNote = fmt.Sprintf("not measured: this rtrctl does not know the source kind %q", info.Kind)
+			return nil
+		}
+	case s.Frontier != nil:
+		// A store the stages wrote by hand: the kind of its frontiers.
+		k, info = kindOfDomain(s.Frontier.Domain()), store.SourceInfo{Source: s.Name}
+	}
+	if k == nil {
+		s.LagNote = "not measured: the store does not say which kind of upstream the source reads"
+		return nil
+	}
+	s.LagNote = fmt.Sprintf("not measured: name its upstream with --%s", k.upstreamFlag)
+	var p probe.Prober
+	if flag := k.upstreamFlag; u.opts.flags[flag] {
+		up, err := u.opts.upstream(k, info)
+		if err != nil {
+			u.misfits[flag] = append(u.misfits[flag], fmt.Errorf("%s source %s: %w", k.name, s.Name, err))
+			s.LagNote = fmt.Sprintf("not measured: --%s is not the upstream of a %s source: %v", flag, k.name, err)
+		} else {
+			u.fits[flag]++
+			if p, err = up.Prober(); err != nil {
+				return fmt.Errorf("status %s: %w", s.Name, err)
+			}
+		}
+	}
+	if p == nil && u.opts.recorded {
+		if !recorded {
+			s.LagNote = fmt.Sprintf("not measured: no ingest recorded its upstream; name it with --%s", k.upstreamFlag)
+			return nil
+		}
+		// As wait-recent: no password, so the driver's environment
+		// applies (PGPASSWORD, ~/.pgpass).
+		var err error
+		if p, err = recordedProber(info, ""); err != nil {
+			return fmt.Errorf("status %s: %w", s.Name, err)
+		}
+	}
+	if p != nil {
+		s.LagNote = ""
+		u.probes = append(u.probes, sourceProbe{s, p})
+	}
+	return nil
+}
+
+// measure probes the upstream of every source picked that has bindings and
+// sets its upstream frontier and lag.
+func (u *statusUpstreams) measure(ctx context.Context, bindings map[string][]frontier.Binding) error {
+	for _, sp := range u.probes {
+		bs := bindings[sp.s.Name]
+		if len(bs) == 0 {
+			continue // nothing ingested to be behind by
+		}
+		if err := measureLag(ctx, sp.s, bs[len(bs)-1], sp.p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (u *statusUpstreams) close() {
+	for _, sp := range u.probes {
+		sp.p.Close()
+	}
+}
+
+// measureLag probes s's upstream and sets its upstream frontier and its
+// lag behind it: the rtr_lag_positions of 'rtrctl ingest', and the age of
+// the last binding (0 when caught up).
+func measureLag(ctx context.Context, s *sourceStatus, last frontier.Binding, p probe.Prober) error {
+	res, err := p.Probe(ctx)
+	if err != nil {
+		return fmt.Errorf("status %s: %w", s.Name, err)
+	}
+	s.Upstream = &res.Frontier
+	lag, err := frontier.Lag(res.Frontier, last.Frontier)
+	if err != nil {
+		s.LagNote = fmt.Sprintf("not measured: the upstream's frontier is of domain %s, the source's of %s (another server?)", res.Frontier.Domain(), last.Frontier.Domain())
+		return nil
+	}
+	ms := time.Now().UnixMilli() - int64(last.Time)
+	if lag == 0 {
+		ms = 0
+	}
+	s.LagPositions, s.LagMillis = &lag, &ms
+	if res.Frontier.Domain() == frontier.DomainLSN {
+		s.LagBytes = &lag
+	}
+	return nil
+}
+
+// check fails when an upstream flag given fits no source of the
+// store: a --dsn of a kind the store has no source of, or one that does
+// not parse.
+func (u *statusUpstreams) check(sources []sourceStatus) error {
+	for _, flag := range slices.Sorted(maps.Keys(u.opts.flags)) {
+		if u.fits[flag] > 0 {
+			continue
+		}
+		if errs := u.misfits[flag]; len(errs) > 0 {
+			var hints []string
+			for _, e := range errs {
+				if h := hint.Of(e); h != "" && !slices.Contains(hints, h) {
+					hints = append(hints, h)
+				}
+			}
+			return hint.Wrap(fmt.Errorf("status: --%s fits no source of the store: %w", flag, errors.Join(errs...)), strings.Join(hints, "; or "))
+		}
+		var kinds, have []string
+		for _, k := range sourceKinds {
+			if k.upstreamFlag == flag {
+				kinds = append(kinds, k.name)
+			}
+		}
+		for _, s := range sources {
+			kind := s.Kind
+			if kind == "" {
+				kind = "kind not recorded"
+			}
+			have = append(have, fmt.Sprintf("%s (%s)", s.Name, kind))
+		}
+		if len(have) == 0 {
+			have = []string{"none"}
+		}
+		return usagef("drop --"+flag+", or name the upstream of the store's sources: "+statusFlagKinds(),
+			"--%s names the upstream of %s sources, and the store has none (its sources: %s)", flag, strings.Join(kinds, " or "), strings.Join(have, ", "))
+	}
+	return nil
+}
+
+// statusFlagKinds says which flag names which kinds' upstream, e.g.
+// "--dsn for pg or mysql, --brokers for kafka".
+func statusFlagKinds() string {
+	var flags []string
+	kinds := map[string][]string{}
+	for _, k := range sourceKinds {
+		if kinds[k.upstreamFlag] == nil {
+			flags = append(flags, k.upstreamFlag)
+		}
+		kinds[k.upstreamFlag] = append(kinds[k.upstreamFlag], k.name)
+	}
+	var parts []string
+	for _, f := range flags {
+		parts = append(parts, "--"+f+" for "+strings.Join(kinds[f], " or "))
+	}
+	return strings.Join(parts, ", ")
 }

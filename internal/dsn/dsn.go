@@ -149,20 +149,23 @@ var (
 // MaskURL replaces the password of a URL-form DSN with xxxxx.
 func MaskURL(s string) string { return urlPassword.ReplaceAllString(s, "${1}xxxxx@") }
 
-// MaskMySQLDriver replaces the password of a go-sql-driver DSN.
-func MaskMySQLDriver(s string) string {
-	if strings.Contains(s, "://") {
-		return MaskURL(s)
-	}
-	return drvPassword.ReplaceAllString(s, "${1}xxxxx@")
-}
+// MaskMySQLDriver replaces the password of a go-sql-driver DSN. It is
+// MaskAny: a DSN that fails to parse may be of another kind.
+func MaskMySQLDriver(s string) string { return MaskAny(s) }
 
-// MaskPG masks the password in a PostgreSQL DSN of either form.
-func MaskPG(s string) string {
+// MaskPG masks the password in a PostgreSQL DSN of either form. It is
+// MaskAny: a DSN that fails to parse may be of another kind.
+func MaskPG(s string) string { return MaskAny(s) }
+
+// MaskAny masks the password of a DSN of any form rtrctl reads: a URL, a
+// PostgreSQL key=value string or a go-sql-driver DSN. Parse errors quote
+// the DSN masked with it, since a DSN of one kind is often handed to the
+// parser of another (rtrctl status tries each source's kind).
+func MaskAny(s string) string {
 	if strings.Contains(s, "://") {
 		return MaskURL(s)
 	}
-	return kvPassword.ReplaceAllString(s, "${1}xxxxx")
+	return drvPassword.ReplaceAllString(kvPassword.ReplaceAllString(s, "${1}xxxxx"), "${1}xxxxx@")
 }
 
 // Scrub removes every occurrence of the given secrets from msg. Use it on

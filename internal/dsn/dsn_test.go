@@ -69,6 +69,8 @@ func TestMask(t *testing.T) {
 		{"pg kv spaces", MaskPG("password = secret"), "password = xxxxx"},
 		{"mysql driver", MaskMySQLDriver("u:secret@tcp(h:1)/d"), "u:xxxxx@tcp(h:1)/d"},
 		{"mysql url", MaskMySQLDriver("mysql://u:secret@h:1/d"), "mysql://u:xxxxx@h:1/d"},
+		{"mysql driver as pg", MaskPG("u:secret@tcp(h:1)/d"), "u:xxxxx@tcp(h:1)/d"},
+		{"pg kv as mysql", MaskMySQLDriver("host=h password=secret user=u"), "host=h password=xxxxx user=u"},
 		{"scrub", Scrub("auth failed for secret", "secret"), "auth failed for xxxxx"},
 	}
 	for _, tc := range tests {

@@ -255,6 +255,41 @@ func (f Frontier) Covers(target Frontier) bool { return Covers(f, target) }
 // combined.
 var ErrDomainMismatch = errors.New("frontiers of different time domains")
 
+// Lag is how far have is behind upper, in positions: upper minus have,
+// summed over the partitions where upper is ahead (a partition have does
+// not mention is at 0). Its unit is upper's domain's (Domain.Unit): WAL
+// bytes, transactions or records. It is 0 exactly when have covers upper.
+// Frontiers of different domains are not comparable: ErrDomainMismatch.
+func Lag(upper, have Frontier) (uint64, error) {
+	if upper.domain != have.domain {
+		return 0, fmt.Errorf("lag of %s behind %s: %w", have.domain, upper.domain, ErrDomainMismatch)
+	}
+	var lag uint64
+	for p, u := range upper.parts {
+		if h := have.parts[p]; u > h {
+			lag += u - h
+		}
+	}
+	return lag, nil
+}
+
+// Unit names what the positions of d count, in lags (Lag): "WAL bytes"
+// (lsn), "transactions" (mysql, mariadb), "records" (kafka), "ms"
+// (system_ms).
+func (d Domain) Unit() string {
+	switch d {
+	case DomainLSN:
+		return "WAL bytes"
+	case DomainMySQL, DomainMariaDB:
+		return "transactions"
+	case DomainKafka:
+		return "records"
+	case DomainSystem:
+		return "ms"
+	}
+	return "positions"
+}
+
 // Join returns the least upper bound of a and b: the per-partition maximum.
 func Join(a, b Frontier) (Frontier, error) {
 	if a.domain != b.domain {

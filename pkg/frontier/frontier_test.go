@@ -445,6 +445,49 @@ func sampleKafka(t testing.TB) []Frontier {
 	}
 }
 
+func TestLag(t *testing.T) {
+	cases := []struct {
+		name        string
+		upper, have Frontier
+		want        uint64
+	}{
+		{"caught up", kf(t, "0", 5, "1", 7), kf(t, "0", 5, "1", 7), 0},
+		{"ahead of upper", kf(t, "0", 5), kf(t, "0", 9), 0},
+		{"summed over partitions", kf(t, "0", 15, "1", 7), kf(t, "0", 10, "1", 4), 8},
+		{"a partition have lacks counts from 0", kf(t, "0", 5, "1", 3), kf(t, "0", 5), 3},
+		{"a partition ahead does not offset one behind", kf(t, "0", 5, "1", 3), kf(t, "0", 9, "1", 1), 2},
+		{"nothing ingested", kf(t, "0", 4, "1", 2), Empty(DomainKafka), 6},
+		{"lsn bytes", Single(DomainLSN, 0x16B3748), Single(DomainLSN, 0x16B3700), 0x48},
+		{"mariadb transactions", mustNew(t, DomainMariaDB, map[string]uint64{"0": 43, "1": 8}), mustNew(t, DomainMariaDB, map[string]uint64{"0": 40, "1": 8}), 3},
+		{"empty upper", Empty(DomainLSN), Single(DomainLSN, 10), 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := Lag(c.upper, c.have)
+			if err != nil || got != c.want {
+				t.Fatalf("Lag(%v, %v) = %d, %v, want %d", c.upper, c.have, got, err, c.want)
+			}
+			if (got == 0) != c.have.Covers(c.upper) {
+				t.Fatalf("Lag %d but Covers %v", got, c.have.Covers(c.upper))
+			}
+		})
+	}
+	t.Run("different domains", func(t *testing.T) {
+		if _, err := Lag(Single(DomainLSN, 10), kf(t, "0", 1)); !errors.Is(err, ErrDomainMismatch) {
+			t.Fatalf("Lag across domains: %v, want ErrDomainMismatch", err)
+		}
+	})
+}
+
+func TestDomainUnit(t *testing.T) {
+	want := map[Domain]string{DomainLSN: "WAL bytes", DomainMySQL: "transactions", DomainMariaDB: "transactions", DomainKafka: "records", DomainSystem: "ms"}
+	for _, d := range Domains {
+		if got := d.Unit(); got != want[d] {
+			t.Errorf("%s.Unit() = %q, want %q", d, got, want[d])
+		}
+	}
+}
+
 func TestJoinMeet(t *testing.T) {
 	cases := []struct {
 		name           string

@@ -125,13 +125,13 @@ func (s *sourceMetrics) probeLag(ctx context.Context, p interface {
 func (s *sourceMetrics) upstreamAt(up frontier.Frontier, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var lag uint64
 	for _, p := range up.Partitions() {
-		u := up.Get(p)
-		s.m.upstream.WithLabelValues(s.id, p).Set(float64(u))
-		if have := s.progress.Get(p); u > have {
-			lag += u - have
-		}
+		s.m.upstream.WithLabelValues(s.id, p).Set(float64(up.Get(p)))
+	}
+	lag, err := frontier.Lag(up, s.progress)
+	if err != nil {
+		// No progress yet: nothing of up is ingested.
+		lag, _ = frontier.Lag(up, frontier.Empty(up.Domain()))
 	}
 	s.m.lag.WithLabelValues(s.id).Set(float64(lag))
 	if lag == 0 {
