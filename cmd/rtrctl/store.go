@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/urfave/cli/v2"
 
@@ -143,26 +144,45 @@ type storeInspectOptions struct {
 
 // inspectJSON is the JSON form of one shard in `store inspect`.
 type inspectJSON struct {
-	Name    string            `json:"name"`
-	Kind    string            `json:"kind"`
-	Since   uint64            `json:"since"`
-	Upper   uint64            `json:"upper"`
-	Version uint64            `json:"version"`
-	Batches int               `json:"batches"`
-	Rows    int64             `json:"rows"`
-	Bytes   int64             `json:"bytes"`
-	Domain  string            `json:"domain,omitempty"`
-	Schema  []string          `json:"schema,omitempty"`
-	Files   []inspectFileJSON `json:"files,omitempty"`
-	Errors  []inspectErrJSON  `json:"errors,omitempty"`
+	Name    string   `json:"name"`
+	Kind    string   `json:"kind"`
+	Since   uint64   `json:"since"`
+	Upper   uint64   `json:"upper"`
+	Version uint64   `json:"version"`
+	Batches int      `json:"batches"`
+	Rows    int64    `json:"rows"`
+	Bytes   int64    `json:"bytes"`
+	Domain  string   `json:"domain,omitempty"`
+	Schema  []string `json:"schema,omitempty"`
+	// Generations lists a collection's generations when it has more than
+	// one from 0 (detail only).
+	Generations []inspectGenJSON  `json:"generations,omitempty"`
+	Files       []inspectFileJSON `json:"files,omitempty"`
+	Errors      []inspectErrJSON  `json:"errors,omitempty"`
 }
 
 type inspectFileJSON struct {
-	Path  string `json:"path"`
-	Lower uint64 `json:"lower"`
-	Upper uint64 `json:"upper"`
-	Rows  int64  `json:"rows"`
-	Bytes int64  `json:"bytes"`
+	Path       string `json:"path"`
+	Lower      uint64 `json:"lower"`
+	Upper      uint64 `json:"upper"`
+	Rows       int64  `json:"rows"`
+	Bytes      int64  `json:"bytes"`
+	Generation uint64 `json:"generation,omitempty"`
+}
+
+// inspectGenJSON is one generation of a collection: its start time and
+// its columns.
+type inspectGenJSON struct {
+	Start  uint64   `json:"start"`
+	Schema []string `json:"schema"`
+}
+
+func schemaColumns(s *arrow.Schema) []string {
+	var out []string
+	for _, f := range s.Fields() {
+		out = append(out, fmt.Sprintf("%s %s", f.Name, f.Type))
+	}
+	return out
 }
 
 type inspectErrJSON struct {
@@ -199,12 +219,15 @@ func runStoreInspect(ctx context.Context, w io.Writer, opts storeInspectOptions)
 			Batches: len(in.Batches), Rows: in.Rows, Bytes: in.Bytes, Domain: string(in.Domain)}
 		if detail {
 			if in.Schema != nil {
-				for _, f := range in.Schema.Fields() {
-					j.Schema = append(j.Schema, fmt.Sprintf("%s %s", f.Name, f.Type))
+				j.Schema = schemaColumns(in.Schema)
+			}
+			if gs := in.Generations; len(gs) > 1 || (len(gs) == 1 && gs[0].Start != 0) {
+				for _, g := range gs {
+					j.Generations = append(j.Generations, inspectGenJSON{Start: g.Start, Schema: schemaColumns(g.Schema)})
 				}
 			}
 			for _, b := range in.Batches {
-				j.Files = append(j.Files, inspectFileJSON{Path: b.Path, Lower: b.Lower, Upper: b.Upper, Rows: b.Rows, Bytes: b.Bytes})
+				j.Files = append(j.Files, inspectFileJSON{Path: b.Path, Lower: b.Lower, Upper: b.Upper, Rows: b.Rows, Bytes: b.Bytes, Generation: b.Generation})
 			}
 		}
 		for _, e := range in.Errors {
@@ -233,10 +256,20 @@ func runStoreInspect(ctx context.Context, w io.Writer, opts storeInspectOptions)
 		if len(j.Schema) > 0 {
 			fmt.Fprintf(w, "\nschema:\n  %s\n", strings.Join(j.Schema, "\n  "))
 		}
+		if len(j.Generations) > 0 {
+			fmt.Fprintln(w, "\ngenerations:")
+			for _, g := range j.Generations {
+				fmt.Fprintf(w, "  from %d: %s\n", g.Start, strings.Join(g.Schema, ", "))
+			}
+		}
 		if len(j.Files) > 0 {
 			fmt.Fprintln(w, "\nbatches:")
 			for _, f := range j.Files {
-				fmt.Fprintf(w, "  [%d, %d) rows=%d bytes=%d %s\n", f.Lower, f.Upper, f.Rows, f.Bytes, f.Path)
+				gen := ""
+				if len(j.Generations) > 0 {
+					gen = fmt.Sprintf(" generation=%d", f.Generation)
+				}
+				fmt.Fprintf(w, "  [%d, %d) rows=%d bytes=%d%s %s\n", f.Lower, f.Upper, f.Rows, f.Bytes, gen, f.Path)
 			}
 		}
 		for _, e := range j.Errors {

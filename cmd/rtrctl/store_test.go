@@ -20,6 +20,7 @@ import (
 	"github.com/rtrctl/rtrctl/internal/interop"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
+	"github.com/rtrctl/rtrctl/pkg/store"
 )
 
 // update is one row of the test collection (id, name, price) at a time.
@@ -365,6 +366,39 @@ func TestStoreBatchNodeInterop(t *testing.T) {
 			if fmt.Sprint(got[i]) != fmt.Sprint(vals[i]) {
 				t.Errorf("column %s row %d: %v (%T), want %v", col, i, got[i], got[i], vals[i])
 			}
+		}
+	}
+}
+
+// TestStoreInspectGenerations: inspect of a collection with a new
+// generation (here a TRUNCATE-like one at 200) lists the generations and
+// each batch's.
+func TestStoreInspectGenerations(t *testing.T) {
+	dir := t.TempDir() + "/data"
+	seedStore(t, dir)
+	st, err := store.Open(t.Context(), dir, store.Options{MustExist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := st.Shard(t.Context(), "public.orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sh.NewGeneration(t.Context(), 200, sh.Schema()); err != nil {
+		t.Fatal(err)
+	}
+	out := mustRun(t, "", "store", "inspect", dir, "public.orders", "--output", "json")
+	var info inspectJSON
+	if err := json.Unmarshal([]byte(out), &info); err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Generations) != 2 || info.Generations[1].Start != 200 || info.Generations[1].Schema[0] != "id int64" {
+		t.Fatalf("generations %+v", info.Generations)
+	}
+	text := mustRun(t, "", "store", "inspect", dir, "public.orders")
+	for _, w := range []string{"generations:", "from 0: id int64", "from 200: id int64", "generation=0"} {
+		if !strings.Contains(text, w) {
+			t.Errorf("inspect output lacks %q:\n%s", w, text)
 		}
 	}
 }

@@ -72,6 +72,12 @@ type AppendResult struct {
 //     expectedUpper the durable part cannot be compared and is skipped
 //     unverified (AppendResult.Verified is false).
 //
+// The records have the schema of the generation the interval falls in
+// (see NewGeneration): at the upper, the latest generation's (Schema); a
+// replay below the latest generation's start, an earlier one's (SchemaAt).
+// An interval that crosses a generation start is refused (a replay must
+// append up to the start and from it separately, as the original did).
+//
 // The batch may come as several records (runs) of the same schema. Runs
 // that are each sorted and consolidated and do not overlap, like the
 // partition chunks of a Kafka fetch keyed by (partition, offset), are
@@ -84,13 +90,31 @@ func (sh *Shard) Append(ctx context.Context, expectedUpper, newUpper uint64, rec
 	if newUpper <= expectedUpper {
 		return AppendResult{}, fmt.Errorf("append %s: new upper %d must be beyond the expected upper %d: %w", sh.what(), newUpper, expectedUpper, ErrInvalid)
 	}
-	if _, err := sh.refresh(ctx); err != nil {
+	m, err := sh.refresh(ctx)
+	if err != nil {
 		return AppendResult{}, err
+	}
+	gs, err := sh.gensOf(m)
+	if err != nil {
+		return AppendResult{}, fmt.Errorf("append %s: %w", sh.what(), err)
+	}
+	i := genAt(gs, expectedUpper)
+	if i < 0 {
+		// Compaction removed the generation expectedUpper fell in, so it is
+		// below since: a replay whose durable part cannot be compared.
+		if newUpper <= m.Upper {
+			return AppendResult{Status: Skipped, SkippedTo: newUpper, Upper: m.Upper, Version: m.Version}, nil
+		}
+		return AppendResult{}, sh.mismatch(expectedUpper, m.Upper, fmt.Sprintf("the interval [%d, %d) crosses the start of the generation at %d", expectedUpper, newUpper, gs[0].start))
+	}
+	g := gs[i]
+	if newUpper > g.end {
+		return AppendResult{}, sh.mismatch(expectedUpper, m.Upper, fmt.Sprintf("the interval [%d, %d) crosses the start of the generation at %d; append up to %d, then from %d", expectedUpper, newUpper, g.end, g.end, g.end))
 	}
 	var in runs
 	defer in.release()
 	for _, rec := range recs {
-		r, err := sh.prepareInput(rec, expectedUpper, newUpper)
+		r, err := sh.prepareInput(rec, expectedUpper, newUpper, g.start, g.sc)
 		if err != nil {
 			return AppendResult{}, err
 		}
@@ -98,7 +122,7 @@ func (sh *Shard) Append(ctx context.Context, expectedUpper, newUpper uint64, rec
 			in = append(in, r)
 		}
 	}
-	return sh.appendData(ctx, expectedUpper, newUpper, in)
+	return sh.appendData(ctx, expectedUpper, newUpper, in, g)
 }
 
 func (sh *Shard) mismatch(expected, actual uint64, reason string) *UpperMismatchError {
@@ -112,6 +136,11 @@ type casOps struct {
 	// check runs on every manifest read, before its upper is compared
 	// (nil: nothing to check).
 	check func(m *Manifest) error
+	// already runs on every manifest whose upper is the expected one,
+	// before ready; done means that what the append would commit is there
+	// already (a replay of an append that does not move the upper), and
+	// the append ends with r, err (nil: never).
+	already func(m *Manifest) (r AppendResult, done bool, err error)
 	// ready runs on every manifest whose upper is the expected one, before
 	// the batch is written (nil: nothing to check).
 	ready func(m *Manifest) error
@@ -166,6 +195,12 @@ func (sh *Shard) casAppend(ctx context.Context, expected, newUpper uint64, ops c
 			}
 			return ops.replay(m)
 		}
+		if ops.already != nil {
+			if r, done, err := ops.already(m); done || err != nil {
+				removeBatch()
+				return r, err
+			}
+		}
 		if ops.ready != nil {
 			if err := ops.ready(m); err != nil {
 				removeBatch()
@@ -210,14 +245,24 @@ func (sh *Shard) casAppend(ctx context.Context, expected, newUpper uint64, ops c
 	}
 }
 
-// appendData commits in (nil for none) over [expected, newUpper).
-func (sh *Shard) appendData(ctx context.Context, expected, newUpper uint64, in runs) (AppendResult, error) {
+// appendData commits in (nil for none), in the schema of generation g,
+// over [expected, newUpper).
+func (sh *Shard) appendData(ctx context.Context, expected, newUpper uint64, in runs, g gen) (AppendResult, error) {
 	return sh.casAppend(ctx, expected, newUpper, casOps{
+		ready: func(m *Manifest) error {
+			// The upper is expected, so g must be the latest generation:
+			// a generation started meanwhile (NewGeneration does not move
+			// the upper) makes in belong to another one.
+			if gs := m.gens(); len(in) > 0 && gs[len(gs)-1].Start != g.start {
+				return sh.mismatch(expected, m.Upper, fmt.Sprintf("a new generation started at %d meanwhile, and the batch was prepared for the generation from %d", gs[len(gs)-1].Start, g.start))
+			}
+			return nil
+		},
 		write: func() (*BatchMeta, error) {
 			if len(in) == 0 {
 				return nil, nil
 			}
-			sorted, err := sh.sortConsolidate(in)
+			sorted, err := sh.sortConsolidate(in, g.sc)
 			if err != nil {
 				return nil, fmt.Errorf("append %s: %w", sh.what(), err)
 			}
@@ -229,6 +274,7 @@ func (sh *Shard) appendData(ctx context.Context, expected, newUpper uint64, in r
 			if err != nil {
 				return nil, fmt.Errorf("append %s: %w", sh.what(), err)
 			}
+			meta.Generation = g.start
 			return &meta, nil
 		},
 		apply: func(next *Manifest, batch *BatchMeta) {
@@ -237,13 +283,14 @@ func (sh *Shard) appendData(ctx context.Context, expected, newUpper uint64, in r
 			}
 		},
 		replay: func(m *Manifest) (AppendResult, error) {
-			return sh.replayData(ctx, m, expected, newUpper, in)
+			return sh.replayData(ctx, m, expected, newUpper, in, g)
 		},
 	})
 }
 
-// replayData handles an append whose expected upper is below the shard's.
-func (sh *Shard) replayData(ctx context.Context, m *Manifest, expected, newUpper uint64, in runs) (AppendResult, error) {
+// replayData handles an append whose expected upper is below the shard's;
+// in is in the schema of generation g, in force at expected.
+func (sh *Shard) replayData(ctx context.Context, m *Manifest, expected, newUpper uint64, in runs, g gen) (AppendResult, error) {
 	durEnd := min(m.Upper, newUpper)
 	verified := false
 	if m.Since <= expected {
@@ -252,7 +299,8 @@ func (sh *Shard) replayData(ctx context.Context, m *Manifest, expected, newUpper
 				return AppendResult{}, sh.mismatch(expected, m.Upper, fmt.Sprintf("a definite error is recorded at time %d in the replayed interval, not data", e.Time))
 			}
 		}
-		same, err := sh.sameAsDurable(ctx, m, expected, durEnd, in)
+		// expected >= since, so g's batches are still in m.
+		same, err := sh.sameAsDurable(ctx, g.batches(m), g.sc, expected, durEnd, in)
 		if err != nil {
 			return AppendResult{}, fmt.Errorf("append %s: compare replayed interval: %w", sh.what(), err)
 		}
@@ -264,9 +312,12 @@ func (sh *Shard) replayData(ctx context.Context, m *Manifest, expected, newUpper
 	if newUpper <= m.Upper {
 		return AppendResult{Status: Skipped, SkippedTo: newUpper, Verified: verified, Upper: m.Upper, Version: m.Version}, nil
 	}
-	rest := sh.filterFrom(in, m.Upper)
+	// The remainder is at and after the upper, so g is the latest
+	// generation (Append checked that the interval does not cross a
+	// generation start); appendData checks it still is.
+	rest := sh.filterFrom(in, m.Upper, g.sc)
 	defer rest.release()
-	r, err := sh.appendData(ctx, m.Upper, newUpper, rest)
+	r, err := sh.appendData(ctx, m.Upper, newUpper, rest, g)
 	if err != nil {
 		return r, err
 	}
@@ -275,14 +326,14 @@ func (sh *Shard) replayData(ctx context.Context, m *Manifest, expected, newUpper
 }
 
 // sameAsDurable reports whether in's updates at times in [lo, hi) equal,
-// consolidated, the shard's.
-func (sh *Shard) sameAsDurable(ctx context.Context, m *Manifest, lo, hi uint64, in runs) (bool, error) {
-	rs, err := newRunSet(sh.Schema().Fields())
+// consolidated, those of batches (of one generation, schemas sc).
+func (sh *Shard) sameAsDurable(ctx context.Context, batches []BatchMeta, sc *genSchemas, lo, hi uint64, in runs) (bool, error) {
+	rs, err := newRunSet(sc.user.Fields())
 	if err != nil {
 		return false, err
 	}
 	defer rs.release()
-	stored, err := sh.collect(ctx, m, rs, lo, hi)
+	stored, err := sh.collect(ctx, batches, sc.batch, rs, lo, hi)
 	if err != nil {
 		return false, err
 	}
@@ -338,9 +389,81 @@ func (sh *Shard) AppendError(ctx context.Context, expectedUpper, newUpper uint64
 			if newUpper <= m.Upper {
 				return AppendResult{Status: Skipped, SkippedTo: newUpper, Verified: verified, Upper: m.Upper, Version: m.Version}, nil
 			}
-			r, err := sh.appendData(ctx, m.Upper, newUpper, nil)
+			r, err := sh.appendData(ctx, m.Upper, newUpper, nil, gen{})
 			r.Status, r.SkippedTo, r.Verified = PartiallySkipped, m.Upper, verified
 			return r, err
+		},
+	})
+}
+
+// NewGeneration starts a new generation of the collection at time at,
+// with the user schema schema (_time and _diff, if present, are dropped):
+// from at on, the collection's contents are exactly what is appended at
+// times >= at afterwards; the contents before at stop existing there (an
+// implicit retraction), while reads at times below at are unchanged. The
+// schema may be the current one (a TRUNCATE, a re-snapshot) or another
+// (a schema change); appends at and after at use it.
+//
+// It is a compare-and-append that does not move the upper: at must be
+// the shard's upper, else *UpperMismatchError; appends from at on go into
+// the new generation. A replay is skipped when a generation with an
+// identical schema (fields with their metadata, and the schema metadata)
+// starts at at (Verified), or when compaction has removed the generations
+// around at, which is then below since (not Verified); another schema
+// there, or an upper beyond at with no generation starting at at, is an
+// *UpperMismatchError.
+func (sh *Shard) NewGeneration(ctx context.Context, at uint64, schema *arrow.Schema) (AppendResult, error) {
+	if sh.kind != kindData {
+		return AppendResult{}, fmt.Errorf("new generation of %s: a remap shard has none: %w", sh.what(), ErrInvalid)
+	}
+	user, err := checkUserSchema(schema)
+	if err != nil {
+		return AppendResult{}, fmt.Errorf("new generation of %s at %d: %w", sh.what(), at, err)
+	}
+	enc, err := encodeSchema(user)
+	if err != nil {
+		return AppendResult{}, fmt.Errorf("new generation of %s at %d: %w", sh.what(), at, err)
+	}
+	// recorded compares with a generation recorded at at.
+	recorded := func(m *Manifest, g GenerationMeta) (AppendResult, error) {
+		sc, err := sh.schemasOf(g.Schema)
+		if err != nil {
+			return AppendResult{}, fmt.Errorf("new generation of %s at %d: %w", sh.what(), at, err)
+		}
+		if !sameSchema(sc.user, user) {
+			d := fieldsDiff(user.Fields(), sc.user.Fields())
+			if d == "" {
+				d = "the metadata differ"
+			}
+			return AppendResult{}, sh.mismatch(at, m.Upper, fmt.Sprintf("a generation with another schema starts at %d (%s), so this is not a replay", at, d))
+		}
+		return AppendResult{Status: Skipped, SkippedTo: at, Verified: true, Upper: m.Upper, Version: m.Version}, nil
+	}
+	return sh.casAppend(ctx, at, at, casOps{
+		already: func(m *Manifest) (AppendResult, bool, error) {
+			gs := m.gens()
+			if last := gs[len(gs)-1]; last.Start == at {
+				r, err := recorded(m, last)
+				return r, true, err
+			}
+			return AppendResult{}, false, nil
+		},
+		apply: func(next *Manifest, _ *BatchMeta) {
+			gs := append(slicesClone(next.gens()), GenerationMeta{Start: at, Schema: enc, Columns: columnInfos(user)})
+			next.setGens(gs)
+		},
+		replay: func(m *Manifest) (AppendResult, error) {
+			gs := m.gens()
+			i := genIndex(gs, at)
+			switch {
+			case i >= 0 && gs[i].Start == at:
+				return recorded(m, gs[i])
+			case i < 0:
+				// Before every generation kept: compaction removed them, so
+				// at is below since and what started there is gone.
+				return AppendResult{Status: Skipped, SkippedTo: at, Upper: m.Upper, Version: m.Version}, nil
+			}
+			return AppendResult{}, sh.mismatch(at, m.Upper, fmt.Sprintf("no generation starts at %d (the generation in force there started at %d), so this is not a replay", at, gs[i].Start))
 		},
 	})
 }

@@ -289,7 +289,15 @@ func (s *Store) checkSchema(ctx context.Context, name string, p *pending, schema
 	if err != nil {
 		return err
 	}
-	if d := fieldsDiff(pipeUserFields(schema), sh.Schema().Fields()); d != "" {
+	// The latest generation's schema, or for a replay an earlier one's;
+	// the append checks the generation its times fall in.
+	d := fieldsDiff(pipeUserFields(schema), sh.Schema().Fields())
+	for _, g := range sh.Generations() {
+		if fieldsDiff(pipeUserFields(schema), g.Schema.Fields()) == "" {
+			d = ""
+		}
+	}
+	if d != "" {
 		return &SchemaMismatchError{Collection: name, Detail: d}
 	}
 	return nil

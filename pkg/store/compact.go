@@ -25,6 +25,10 @@ type CompactResult struct {
 	RowsBefore, RowsAfter int64
 	// OldSince and Since are the since before and after.
 	OldSince, Since uint64
+	// DroppedGenerations counts the generations removed because a later
+	// one starts at or before the new since (their batches left the
+	// manifest; their files are removed like other unreferenced ones).
+	DroppedGenerations int
 	// Removed counts files removed: old manifests, unreferenced batches and
 	// stray temporary files.
 	Removed int
@@ -80,10 +84,12 @@ func (sh *Shard) sinceFor(m *Manifest) uint64 {
 	return min(s, m.Upper-1)
 }
 
-// Compact merges small batches (size-tiered), advances since to
-// upper - Retain, rewrites merged updates at times below since to since and
-// consolidates them, then commits a new manifest under the same
-// compare-and-append rule as appends. Reads at times >= the new since are
+// Compact merges small batches (size-tiered, within each generation),
+// advances since to upper - Retain, rewrites merged updates at times below
+// since to since and consolidates them, drops the generations a later one
+// supersedes at or before since (no read at since or after sees them),
+// then commits a new manifest under the same compare-and-append rule as
+// appends. Reads at times >= the new since are
 // unchanged. A compaction that loses the race to an append rebases onto
 // it; one that loses to another compaction gives up and removes its files.
 // Finally old manifests, unreferenced batch files and stray temporary
@@ -98,12 +104,16 @@ func (sh *Shard) Compact(ctx context.Context) (CompactResult, error) {
 	res.OldSince, res.Since = m.Since, m.Since
 	var groups []mergeGroup
 	var ranges [][2]int
+	gs, err := sh.gensOf(m)
+	if err != nil {
+		return res, fmt.Errorf("compact %s: %w", sh.what(), err)
+	}
 	if sh.kind == kindRemap {
 		if len(m.Batches) >= 2 || (len(m.Batches) == 1 && m.Batches[0].Lower < since) {
 			ranges = [][2]int{{0, len(m.Batches)}}
 		}
 	} else {
-		ranges = planMerges(m.Batches)
+		ranges = planGenerations(m.Batches, gs[max(0, genAt(gs, since))].start)
 	}
 	cleanup := func() {
 		for _, g := range groups {
@@ -119,7 +129,8 @@ func (sh *Shard) Compact(ctx context.Context) (CompactResult, error) {
 		if sh.kind == kindRemap {
 			out, before, err = sh.mergeRemap(ctx, in, since)
 		} else {
-			out, before, err = sh.mergeData(ctx, in, since)
+			g := gs[genAt(gs, in[0].Generation)]
+			out, before, err = sh.mergeData(ctx, in, since, g)
 		}
 		if err != nil {
 			cleanup()
@@ -135,9 +146,9 @@ func (sh *Shard) Compact(ctx context.Context) (CompactResult, error) {
 			res.RowsAfter += out.Rows
 		}
 	}
-	if len(groups) > 0 || since != m.Since {
+	if len(groups) > 0 || since != m.Since || genIndex(m.gens(), since) > 0 {
 		for attempt := 0; ; attempt++ {
-			next, ok := applyGroups(m, groups, since)
+			next, dropped, ok := applyGroups(m, groups, since)
 			if !ok || attempt > maxCommitRetries {
 				cleanup()
 				res.GaveUp = true
@@ -159,7 +170,7 @@ func (sh *Shard) Compact(ctx context.Context) (CompactResult, error) {
 				}
 				return res, err
 			}
-			res.Committed, res.Since = true, next.Since
+			res.Committed, res.Since, res.DroppedGenerations = true, next.Since, dropped
 			for _, g := range groups {
 				res.Merged += len(g.files)
 				if g.out != nil {
@@ -177,15 +188,37 @@ func (sh *Shard) Compact(ctx context.Context) (CompactResult, error) {
 	return res, nil
 }
 
+// planGenerations plans merges (planMerges) within each generation from
+// the one starting at from on; the batches of a generation are
+// consecutive, as generations partition time.
+func planGenerations(bs []BatchMeta, from uint64) [][2]int {
+	var out [][2]int
+	for i := 0; i < len(bs); {
+		j := i + 1
+		for j < len(bs) && bs[j].Generation == bs[i].Generation {
+			j++
+		}
+		if bs[i].Generation >= from {
+			for _, r := range planMerges(bs[i:j]) {
+				out = append(out, [2]int{i + r[0], i + r[1]})
+			}
+		}
+		i = j
+	}
+	return out
+}
+
 // applyGroups derives the next manifest from base: each group's batches,
 // which must still be consecutive in base, are replaced by its output; since
-// advances. ok is false when base no longer holds a group's batches (a
-// concurrent compaction replaced them) or base's since is beyond ours.
-func applyGroups(base *Manifest, groups []mergeGroup, since uint64) (*Manifest, bool) {
+// advances, and the generations before the one in force at since are
+// dropped with their batches (dropped counts them). ok is false when base
+// no longer holds a group's batches (a concurrent compaction replaced
+// them) or base's since is beyond ours.
+func applyGroups(base *Manifest, groups []mergeGroup, since uint64) (next *Manifest, dropped int, ok bool) {
 	if base.Since > since {
-		return nil, false
+		return nil, 0, false
 	}
-	next := base.clone()
+	next = base.clone()
 	next.Version = base.Version + 1
 	next.Since = since
 	bs := next.Batches
@@ -198,11 +231,11 @@ func applyGroups(base *Manifest, groups []mergeGroup, since uint64) (*Manifest, 
 			}
 		}
 		if at < 0 || at+len(g.files) > len(bs) {
-			return nil, false
+			return nil, 0, false
 		}
 		for k, f := range g.files {
 			if bs[at+k].File != f {
-				return nil, false
+				return nil, 0, false
 			}
 		}
 		var repl []BatchMeta
@@ -211,18 +244,29 @@ func applyGroups(base *Manifest, groups []mergeGroup, since uint64) (*Manifest, 
 		}
 		bs = append(append(append([]BatchMeta(nil), bs[:at]...), repl...), bs[at+len(g.files):]...)
 	}
+	if gens := next.gens(); genIndex(gens, since) > 0 {
+		k := genIndex(gens, since)
+		kept := bs[:0:0]
+		for _, b := range bs {
+			if b.Generation >= gens[k].Start {
+				kept = append(kept, b)
+			}
+		}
+		bs, dropped = kept, k
+		next.setGens(slicesClone(gens[k:]))
+	}
 	next.Batches = bs
 	if next.Batches == nil {
 		next.Batches = []BatchMeta{}
 	}
-	return next, true
+	return next, dropped, true
 }
 
-// mergeData merges data batches into one: times below since advance to
-// since, then everything is sorted by (row, time) and consolidated. The
-// result is nil when everything cancels.
-func (sh *Shard) mergeData(ctx context.Context, in []BatchMeta, since uint64) (*BatchMeta, int64, error) {
-	rs, err := newRunSet(sh.Schema().Fields())
+// mergeData merges data batches of generation g into one: times below
+// since advance to since, then everything is sorted by (row, time) and
+// consolidated. The result is nil when everything cancels.
+func (sh *Shard) mergeData(ctx context.Context, in []BatchMeta, since uint64, g gen) (*BatchMeta, int64, error) {
+	rs, err := newRunSet(g.sc.user.Fields())
 	if err != nil {
 		return nil, 0, err
 	}
@@ -232,7 +276,7 @@ func (sh *Shard) mergeData(ctx context.Context, in []BatchMeta, since uint64) (*
 	lower, upper := in[0].Lower, uint64(0)
 	for _, b := range in {
 		upper = max(upper, b.Upper)
-		recs, err := sh.loadBatch(ctx, b)
+		recs, err := sh.loadBatch(ctx, b, g.sc.batch)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -254,12 +298,13 @@ func (sh *Shard) mergeData(ctx context.Context, in []BatchMeta, since uint64) (*
 	if len(es) == 0 {
 		return nil, before, nil
 	}
-	rec := rs.build(sh.batchSchema(), es, true)
+	rec := rs.build(g.sc.batch, es, true)
 	defer rec.Release()
 	meta, err := sh.writeBatch(ctx, lower, upper, rec)
 	if err != nil {
 		return nil, 0, err
 	}
+	meta.Generation = g.start
 	return &meta, before, nil
 }
 

@@ -43,9 +43,16 @@ func crashUpdates(i int) []upd {
 	return ups
 }
 
+// crashGen reports whether the crash child starts a new generation (a
+// truncate) before its i-th append, at 10i.
+func crashGen(i int) bool { return i%5 == 4 }
+
 // TestCrashChild is the child of TestCrash: it appends in a loop, printing
-// each committed upper, replaying its last append first. It does nothing
-// unless started by TestCrash.
+// each committed upper, replaying its last append (and the generation
+// start before it) first. Before every fifth append it starts a new
+// generation with the same schema, so the replayed append and the
+// compactions meet generations. It does nothing unless started by
+// TestCrash.
 func TestCrashChild(t *testing.T) {
 	dir := os.Getenv(crashEnv)
 	if dir == "" {
@@ -63,6 +70,12 @@ func TestCrashChild(t *testing.T) {
 	sh := createTest(t, s, "crash.t", crashFields)
 	i := int(sh.Upper() / 10)
 	if i > 0 {
+		if crashGen(i - 1) {
+			res, err := sh.NewGeneration(ctx, uint64(10*(i-1)), testSchema(crashFields))
+			if err != nil || res.Status != Skipped {
+				fail(fmt.Errorf("replay of the generation at %d: %+v, %v", 10*(i-1), res, err))
+			}
+		}
 		rec := buildRecord(t, crashFields, crashUpdates(i-1))
 		res, err := sh.Append(ctx, uint64(10*(i-1)), uint64(10*i), rec)
 		rec.Release()
@@ -71,6 +84,12 @@ func TestCrashChild(t *testing.T) {
 		}
 	}
 	for ; ; i++ {
+		if crashGen(i) {
+			// Skipped when it was committed before a kill.
+			if _, err := sh.NewGeneration(ctx, uint64(10*i), testSchema(crashFields)); err != nil {
+				fail(err)
+			}
+		}
 		rec := buildRecord(t, crashFields, crashUpdates(i))
 		res, err := sh.Append(ctx, uint64(10*i), uint64(10*i+10), rec)
 		rec.Release()
@@ -189,9 +208,26 @@ func verifyCrashStore(t *testing.T, ctx context.Context, dir string, reported ui
 	m := &model{}
 	for i := 0; i < n; i++ {
 		m.ups = append(m.ups, crashUpdates(i)...)
+		if crashGen(i) {
+			m.gens = append(m.gens, uint64(10*i))
+		}
 	}
 	if upper == 0 {
 		return 0
+	}
+	// Every generation start is one the child made; those above since
+	// (and below the upper) are all there.
+	have := map[uint64]bool{}
+	for _, g := range sh.Generations() {
+		have[g.Start] = true
+		if g.Start != 0 && (g.Start%10 != 0 || !crashGen(int(g.Start/10)) || g.Start > upper) {
+			t.Fatalf("generation at %d, which the child did not start", g.Start)
+		}
+	}
+	for _, g := range m.gens {
+		if g > since && !have[g] {
+			t.Fatalf("generation at %d is missing (since %d, upper %d): %+v", g, since, upper, sh.Generations())
+		}
 	}
 	times := []uint64{since, upper - 1}
 	for i := 0; i < 6; i++ {

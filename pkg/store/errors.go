@@ -68,14 +68,36 @@ func (e *DefiniteError) Error() string {
 }
 
 // SchemaMismatchError is returned when a batch's columns differ from the
-// shard's schema.
+// schema of the collection's generation its times fall in.
 type SchemaMismatchError struct {
 	Collection string
 	Detail     string
+	// Generation is the start of the generation whose schema the batch
+	// was compared with, when InGeneration.
+	Generation   uint64
+	InGeneration bool
 }
 
 func (e *SchemaMismatchError) Error() string {
-	return fmt.Sprintf("append %s: schema mismatch: %s; the store keeps one schema per collection, write to a new collection name or convert the batch", e.Collection, e.Detail)
+	which := ""
+	if e.InGeneration {
+		which = fmt.Sprintf(" (here the generation from time %d)", e.Generation)
+	}
+	return fmt.Sprintf("append %s: schema mismatch: %s; a batch must have the schema of the generation its times fall in%s; after a schema change upstream, start a new generation at its time, or convert the batch", e.Collection, e.Detail, which)
+}
+
+// SchemaChangedError is returned by Changes over an interval (From, To]
+// in which a generation with another schema starts, at At: one result
+// cannot hold both schemas.
+type SchemaChangedError struct {
+	Collection string
+	From, To   uint64
+	At         uint64
+}
+
+func (e *SchemaChangedError) Error() string {
+	return fmt.Sprintf("changes of %s in (%d, %d]: the schema changes at %d (a generation with other columns starts there); read the changes up to %d, then the contents as of %d and the changes after it (rtrctl read --changes --to %d; --as-of %d; --changes --from %d)",
+		e.Collection, e.From, e.To, e.At, e.At-1, e.At, e.At-1, e.At, e.At)
 }
 
 // ErrNotFound is returned (wrapped) when a collection or source does not

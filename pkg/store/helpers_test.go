@@ -185,14 +185,32 @@ func recordRows(t testing.TB, rec arrow.Record, nuser int, withTime bool) []upd 
 	return out
 }
 
-// model is the naive in-memory reference.
-type model struct{ ups []upd }
+// model is the naive in-memory reference. gens are the starts of the
+// generations after the first (which starts at 0), ascending: from a
+// start T on, the contents are only the updates at times >= T.
+type model struct {
+	ups  []upd
+	gens []uint64
+}
 
-// asOf returns the consolidated contents at t, sorted by row.
+// genStart is the start of the generation in force at t.
+func (m *model) genStart(t uint64) uint64 {
+	s := uint64(0)
+	for _, g := range m.gens {
+		if g <= t {
+			s = g
+		}
+	}
+	return s
+}
+
+// asOf returns the consolidated contents at t, sorted by row: the updates
+// at times in [genStart(t), t].
 func (m *model) asOf(t uint64) []upd {
 	acc := map[string]*upd{}
+	from := m.genStart(t)
 	for _, u := range m.ups {
-		if u.time > t {
+		if u.time > t || u.time < from {
 			continue
 		}
 		k := rowKey(u.row)
@@ -215,23 +233,33 @@ func (m *model) asOf(t uint64) []upd {
 }
 
 // changes returns the consolidated updates in (t1, t2], sorted by time
-// then row.
+// then row: the updates at those times, and at each generation start T
+// among them the retraction of the contents as of T-1.
 func (m *model) changes(t1, t2 uint64) []upd {
 	type key struct {
 		k string
 		t uint64
 	}
 	acc := map[key]*upd{}
-	for _, u := range m.ups {
-		if u.time <= t1 || u.time > t2 {
-			continue
-		}
+	add := func(u upd) {
 		k := key{rowKey(u.row), u.time}
 		if a := acc[k]; a != nil {
 			a.diff += u.diff
 		} else {
 			c := u
 			acc[k] = &c
+		}
+	}
+	for _, u := range m.ups {
+		if u.time > t1 && u.time <= t2 {
+			add(u)
+		}
+	}
+	for _, g := range m.gens {
+		if g > t1 && g <= t2 {
+			for _, u := range m.asOf(g - 1) {
+				add(upd{u.row, g, -u.diff})
+			}
 		}
 	}
 	var out []upd
@@ -392,10 +420,15 @@ func openTest(t testing.TB, dir string, opts Options) *Store {
 
 func createTest(t testing.TB, s *Store, name string, fields []arrow.Field) *Shard {
 	t.Helper()
-	md := arrow.NewMetadata([]string{"rtr.key"}, []string{fields[0].Name})
-	sh, err := s.CreateShard(context.Background(), name, arrow.NewSchema(fields, &md))
+	sh, err := s.CreateShard(context.Background(), name, testSchema(fields))
 	if err != nil {
 		t.Fatalf("create shard: %v", err)
 	}
 	return sh
+}
+
+// testSchema is the schema createTest gives a collection of fields.
+func testSchema(fields []arrow.Field) *arrow.Schema {
+	md := arrow.NewMetadata([]string{"rtr.key"}, []string{fields[0].Name})
+	return arrow.NewSchema(fields, &md)
 }

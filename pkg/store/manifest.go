@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -15,8 +16,16 @@ import (
 )
 
 // FormatVersion is the version of the store format this package writes
-// and reads (rtrstore.json and every manifest carry it).
+// and reads (rtrstore.json and every manifest carry it). A data manifest
+// whose collection has more than its first generation says
+// FormatGenerations instead, so that rtrctl versions that do not know
+// generations refuse it rather than read both generations as one.
 const FormatVersion = 1
+
+// FormatGenerations is the manifest format of a collection with
+// generations (the `generations` field); everything else is as in
+// FormatVersion.
+const FormatGenerations = 2
 
 // Shard kinds.
 const (
@@ -39,9 +48,14 @@ type Manifest struct {
 	// Schema is the user schema (without _time and _diff) as an Arrow IPC
 	// stream holding only the schema message, base64 (standard, padded).
 	// It round-trips field names, types, nullability and metadata exactly.
+	// With generations it is the latest generation's schema.
 	Schema string `json:"schema"`
 	// Columns is the same schema in readable form; Schema is authoritative.
 	Columns []ColumnInfo `json:"columns"`
+	// Generations are a collection's generations, oldest first, when it
+	// has more than one starting at 0 (format FormatGenerations). Absent,
+	// the collection has one generation, from 0, with Schema.
+	Generations []GenerationMeta `json:"generations,omitempty"`
 	// Since: reads at times >= since are exact; times below it may have
 	// been advanced to since by compaction.
 	Since uint64 `json:"since"`
@@ -78,6 +92,19 @@ type BatchMeta struct {
 	Bytes int64 `json:"bytes"`
 	// CRC32C is the Castagnoli CRC-32 of the whole file.
 	CRC32C uint32 `json:"crc32c"`
+	// Generation is the start of the generation the batch belongs to
+	// (whose schema its file has); 0, omitted, for the first.
+	Generation uint64 `json:"generation,omitempty"`
+}
+
+// GenerationMeta is one generation of a collection: from Start on, the
+// collection's contents are exactly the updates at times >= Start of the
+// batches of this generation, in its schema.
+type GenerationMeta struct {
+	Start uint64 `json:"start"`
+	// Schema and Columns are as in Manifest.
+	Schema  string       `json:"schema"`
+	Columns []ColumnInfo `json:"columns"`
 }
 
 // ErrorMeta is a definite error.
@@ -135,8 +162,8 @@ func decodeManifest(b []byte) (*Manifest, error) {
 	if err := dec.Decode(&m); err != nil {
 		return nil, fmt.Errorf("decode manifest: %w", err)
 	}
-	if m.Format != FormatVersion {
-		return nil, fmt.Errorf("decode manifest: format version %d, this rtrctl reads version %d; use a matching rtrctl", m.Format, FormatVersion)
+	if m.Format != FormatVersion && m.Format != FormatGenerations {
+		return nil, fmt.Errorf("decode manifest: format version %d, this rtrctl reads versions %d and %d; use a matching rtrctl", m.Format, FormatVersion, FormatGenerations)
 	}
 	if m.Kind != kindData && m.Kind != kindRemap {
 		return nil, fmt.Errorf("decode manifest: unknown shard kind %q", m.Kind)
@@ -144,9 +171,17 @@ func decodeManifest(b []byte) (*Manifest, error) {
 	if m.Since > m.Upper || (m.Upper > 0 && m.Since >= m.Upper) {
 		return nil, fmt.Errorf("decode manifest: since %d is not below upper %d", m.Since, m.Upper)
 	}
+	if err := checkGenerations(&m); err != nil {
+		return nil, fmt.Errorf("decode manifest: %w", err)
+	}
+	gens := m.gens()
 	for i, b := range m.Batches {
 		if b.Lower >= b.Upper || b.Upper > m.Upper {
 			return nil, fmt.Errorf("decode manifest: batch %s has interval [%d, %d) outside [0, %d)", b.File, b.Lower, b.Upper, m.Upper)
+		}
+		g := genIndex(gens, b.Lower)
+		if g < 0 || gens[g].Start != b.Generation || (g+1 < len(gens) && b.Upper > gens[g+1].Start) {
+			return nil, fmt.Errorf("decode manifest: batch %s with interval [%d, %d) is not inside its generation from %d", b.File, b.Lower, b.Upper, b.Generation)
 		}
 		if i > 0 && b.Lower < m.Batches[i-1].Lower {
 			return nil, fmt.Errorf("decode manifest: batches not in order of lower at %s", b.File)
@@ -158,10 +193,67 @@ func decodeManifest(b []byte) (*Manifest, error) {
 	return &m, nil
 }
 
+// checkGenerations checks the generations of a decoded manifest (pure).
+func checkGenerations(m *Manifest) error {
+	switch {
+	case m.Format == FormatVersion && len(m.Generations) > 0:
+		return fmt.Errorf("format %d has no generations, but the manifest lists %d", FormatVersion, len(m.Generations))
+	case m.Format == FormatGenerations && len(m.Generations) == 0:
+		return fmt.Errorf("format %d needs generations, and the manifest lists none", FormatGenerations)
+	case m.Format == FormatGenerations && m.Kind != kindData:
+		return fmt.Errorf("a %s shard has no generations", m.Kind)
+	case len(m.Generations) == 0:
+		return nil
+	}
+	for i, g := range m.Generations {
+		if i > 0 && g.Start <= m.Generations[i-1].Start {
+			return fmt.Errorf("generation starts do not ascend: %d after %d", g.Start, m.Generations[i-1].Start)
+		}
+	}
+	first, last := m.Generations[0], m.Generations[len(m.Generations)-1]
+	if first.Start > m.Since || last.Start > m.Upper {
+		return fmt.Errorf("generations from %d to %d are not inside [since %d, upper %d]", first.Start, last.Start, m.Since, m.Upper)
+	}
+	if last.Schema != m.Schema {
+		return fmt.Errorf("the schema is not the latest generation's")
+	}
+	return nil
+}
+
+// gens returns the manifest's generations, oldest first: Generations, or
+// for a manifest without them one generation from 0 with its schema.
+func (m *Manifest) gens() []GenerationMeta {
+	if len(m.Generations) > 0 {
+		return m.Generations
+	}
+	return []GenerationMeta{{Start: 0, Schema: m.Schema, Columns: m.Columns}}
+}
+
+// setGens records gs (oldest first, not empty) as the manifest's
+// generations: in the format without generations when there is one from
+// 0, so such a manifest stays what rtrctl before generations wrote.
+func (m *Manifest) setGens(gs []GenerationMeta) {
+	last := gs[len(gs)-1]
+	m.Schema, m.Columns = last.Schema, last.Columns
+	if len(gs) == 1 && gs[0].Start == 0 {
+		m.Format, m.Generations = FormatVersion, nil
+		return
+	}
+	m.Format, m.Generations = FormatGenerations, gs
+}
+
+// genIndex returns the index of the generation in force at t (the latest
+// starting at or before t), or -1 when t is before all of them.
+func genIndex(gs []GenerationMeta, t uint64) int {
+	i := sort.Search(len(gs), func(i int) bool { return gs[i].Start > t })
+	return i - 1
+}
+
 // clone returns a deep copy to derive the next version from.
 func (m *Manifest) clone() *Manifest {
 	c := *m
 	c.Columns = slicesClone(m.Columns)
+	c.Generations = slicesClone(m.Generations)
 	c.Batches = slicesClone(m.Batches)
 	c.Errors = slicesClone(m.Errors)
 	if m.LastBinding != nil {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -15,7 +16,7 @@ import (
 // every read at every time in [since, upper), and changes over random
 // intervals, against a naive in-memory model.
 func TestPropertyAgainstModel(t *testing.T) {
-	runProperty(t, false)
+	runProperty(t, false, false)
 }
 
 // TestPropertyNestedTypes is TestPropertyAgainstModel with schemas that
@@ -23,10 +24,27 @@ func TestPropertyAgainstModel(t *testing.T) {
 // large_list<utf8> (with null lists and null elements) and
 // list<list<int64>>.
 func TestPropertyNestedTypes(t *testing.T) {
-	runProperty(t, true)
+	runProperty(t, true, false)
 }
 
-func runProperty(t *testing.T, nested bool) {
+// TestPropertyGenerations is TestPropertyAgainstModel with random
+// generations: truncates, re-snapshots (the live rows again at the start)
+// and added columns, replays of earlier appends and generation starts
+// (skipped, verified while at or above since), and changes across
+// generation starts (exact across a truncate or re-snapshot, a typed
+// error across a schema change).
+func TestPropertyGenerations(t *testing.T) {
+	runProperty(t, false, true)
+}
+
+// propStep is one append of the property test, kept to replay it.
+type propStep struct {
+	lower, upper uint64
+	fields       []arrow.Field
+	ups          []upd
+}
+
+func runProperty(t *testing.T, nested, gens bool) {
 	for seed := uint64(1); seed <= 12; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			ctx := context.Background()
@@ -44,7 +62,73 @@ func runProperty(t *testing.T, nested bool) {
 			m := &model{}
 			var live []upd // rows currently present, for retractions
 			upper := uint64(0)
+			// The generations after the first: start and fields.
+			type propGen struct {
+				start  uint64
+				fields []arrow.Field
+			}
+			genList := []propGen{{0, fields}}
+			fieldsAt := func(t uint64) []arrow.Field {
+				f := genList[0].fields
+				for _, g := range genList {
+					if g.start <= t {
+						f = g.fields
+					}
+				}
+				return f
+			}
+			var steps []propStep
 			for step := 0; step < 40; step++ {
+				if gens && step > 0 && r.IntN(5) == 0 {
+					// A new generation at the upper: truncate, re-snapshot, or
+					// an added column (re-snapshotted), sometimes replayed.
+					var snap []upd
+					switch k := r.IntN(3); {
+					case k == 2 && len(fields) < 6:
+						fields = append(append([]arrow.Field(nil), fields...), arrow.Field{Name: fmt.Sprintf("g%d", len(fields)), Type: arrow.PrimitiveTypes.Int64, Nullable: true})
+						for _, l := range live {
+							snap = append(snap, upd{append(append([]any(nil), l.row...), nil), upper, 1})
+						}
+					case k >= 1:
+						for _, l := range live {
+							snap = append(snap, upd{l.row, upper, 1})
+						}
+					}
+					for i := 0; i < 1+r.IntN(2); i++ {
+						res, err := sh.NewGeneration(ctx, upper, testSchema(fields))
+						if want := []AppendStatus{Appended, Skipped}[min(i, 1)]; err != nil || res.Status != want {
+							t.Fatalf("step %d: new generation at %d: %+v, %v; want %v", step, upper, res, err, want)
+						}
+					}
+					m.gens = append(m.gens, upper)
+					genList = append(genList, propGen{upper, fields})
+					live = nil
+					for _, u := range snap {
+						live = append(live, upd{row: u.row})
+					}
+					if len(snap) > 0 || r.IntN(2) == 0 {
+						width := uint64(1 + r.IntN(3))
+						rec := buildRecord(t, fields, snap)
+						if _, err := sh.Append(ctx, upper, upper+width, rec); err != nil {
+							t.Fatalf("step %d: append the snapshot: %v", step, err)
+						}
+						rec.Release()
+						m.ups = append(m.ups, snap...)
+						steps = append(steps, propStep{upper, upper + width, fields, snap})
+						upper += width
+					}
+				}
+				if gens && len(steps) > 0 && r.IntN(4) == 0 {
+					// Replay an earlier append, perhaps of an earlier
+					// generation: skipped, verified unless below since.
+					p := steps[r.IntN(len(steps))]
+					rec := buildRecord(t, p.fields, p.ups)
+					res, err := sh.Append(ctx, p.lower, p.upper, rec)
+					rec.Release()
+					if err != nil || res.Status != Skipped || res.Verified != (sh.Since() <= p.lower) {
+						t.Fatalf("step %d: replay of [%d, %d) (since %d): %+v, %v", step, p.lower, p.upper, sh.Since(), res, err)
+					}
+				}
 				width := uint64(1 + r.IntN(6))
 				var ups []upd
 				if r.IntN(4) != 0 {
@@ -83,6 +167,7 @@ func runProperty(t *testing.T, nested bool) {
 					x.Release()
 				}
 				m.ups = append(m.ups, ups...)
+				steps = append(steps, propStep{upper, upper + width, fields, ups})
 				upper += width
 				compacted := r.IntN(5) == 0
 				if compacted {
@@ -103,17 +188,32 @@ func runProperty(t *testing.T, nested bool) {
 				since := sh.Since()
 				if compacted || step == 39 {
 					for at := since; at < upper; at++ {
-						checkAsOf(t, ctx, sh, m, len(fields), at)
+						checkAsOf(t, ctx, sh, m, len(fieldsAt(at)), at)
 					}
 				} else {
 					for i := 0; i < 4; i++ {
-						checkAsOf(t, ctx, sh, m, len(fields), since+uint64(r.IntN(int(upper-since))))
+						at := since + uint64(r.IntN(int(upper-since)))
+						checkAsOf(t, ctx, sh, m, len(fieldsAt(at)), at)
 					}
 				}
 				for i := 0; i < 3; i++ {
 					t1 := since + uint64(r.IntN(int(upper-since)))
 					t2 := t1 + uint64(r.IntN(int(upper-t1)))
-					checkChanges(t, ctx, sh, m, len(fields), t1, t2)
+					changed := uint64(0) // the first schema change in (t1, t2]
+					for k := 1; k < len(genList) && changed == 0; k++ {
+						if g := genList[k]; g.start > t1 && g.start <= t2 && len(g.fields) != len(genList[k-1].fields) {
+							changed = g.start
+						}
+					}
+					if changed == 0 {
+						checkChanges(t, ctx, sh, m, len(fieldsAt(t2)), t1, t2)
+						continue
+					}
+					_, err := sh.Changes(ctx, t1, t2)
+					var sc *SchemaChangedError
+					if !errors.As(err, &sc) || sc.At != changed {
+						t.Fatalf("step %d: changes (%d, %d] across a schema change at %d: %v", step, t1, t2, changed, err)
+					}
 				}
 			}
 			// A last compaction (keeping all history) bounds the batches
@@ -129,7 +229,23 @@ func runProperty(t *testing.T, nested bool) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(info.Batches) > 12 {
+			// The generations kept: the one in force at since and all after.
+			var kept []uint64
+			for _, g := range genList {
+				if g.start > info.Since || len(kept) == 0 {
+					kept = append(kept, g.start)
+				} else {
+					kept[0] = g.start
+				}
+			}
+			var got []uint64
+			for _, g := range info.Generations {
+				got = append(got, g.Start)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(kept) {
+				t.Errorf("generations %v after compactions to since %d, want %v", got, info.Since, kept)
+			}
+			if len(info.Batches) > 12+2*len(info.Generations) {
 				t.Errorf("%d batches after compactions; size-tiered merging should keep few", len(info.Batches))
 			}
 		})

@@ -184,7 +184,7 @@ func (sh *Shard) loadBindings(ctx context.Context, m *Manifest, lo, hi uint64) (
 		if b.Lower >= hi || b.Upper <= lo {
 			continue
 		}
-		recs, err := sh.loadBatch(ctx, b)
+		recs, err := sh.loadBatch(ctx, b, sh.Schema())
 		if err != nil {
 			return nil, err
 		}
@@ -283,7 +283,7 @@ func (sh *Shard) mergeRemap(ctx context.Context, in []BatchMeta, since uint64) (
 	for _, b := range in {
 		upper = max(upper, b.Upper)
 		before += b.Rows
-		recs, err := sh.loadBatch(ctx, b)
+		recs, err := sh.loadBatch(ctx, b, sh.Schema())
 		if err != nil {
 			return nil, 0, err
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
@@ -29,10 +30,49 @@ type Shard struct {
 	kind string
 	dir  string
 
-	mu    sync.Mutex
-	cur   *Manifest
-	user  *arrow.Schema
-	swept bool
+	mu  sync.Mutex
+	cur *Manifest
+	// schemas caches the decoded schemas of generations by their encoding.
+	schemas map[string]*genSchemas
+	swept   bool
+}
+
+// genSchemas are a generation's user schema and the schemas derived from
+// it. For a remap shard all three are the batch schema.
+type genSchemas struct {
+	// user is the user columns.
+	user *arrow.Schema
+	// batch is the user columns, _time and _diff: batch files, Changes.
+	batch *arrow.Schema
+	// read is the user columns and _diff: ReadAsOf.
+	read *arrow.Schema
+}
+
+// gen is a generation of a manifest with its schemas: it is in force at
+// times [start, end), end being the next generation's start (MaxUint64
+// for the latest).
+type gen struct {
+	start, end uint64
+	sc         *genSchemas
+}
+
+// batches returns the batches of m that belong to g.
+func (g gen) batches(m *Manifest) []BatchMeta {
+	var out []BatchMeta
+	for _, b := range m.Batches {
+		if b.Generation == g.start {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// Generation is one generation of a collection: from Start on (until the
+// next generation's start), the collection's contents are exactly the
+// updates appended at times >= Start into this generation, in Schema.
+type Generation struct {
+	Start  uint64
+	Schema *arrow.Schema
 }
 
 // errLostRace is returned by commit when another writer created the
@@ -82,19 +122,108 @@ func (sh *Shard) Since() uint64 {
 }
 
 // Schema returns the user schema (the columns without _time and _diff;
-// for a remap shard, _time, _partition and _upper).
+// for a remap shard, _time, _partition and _upper) of the manifest last
+// read: for a collection, its latest generation's, the schema of the
+// next append at its upper.
 func (sh *Shard) Schema() *arrow.Schema {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.user
+	if sh.cur == nil {
+		return nil
+	}
+	return sh.schemas[sh.cur.Schema].user
 }
 
-// batchSchema is the schema of the shard's batch files.
-func (sh *Shard) batchSchema() *arrow.Schema {
-	if sh.kind == kindRemap {
-		return sh.Schema()
+// Generations returns the collection's generations of the manifest last
+// read, oldest first: the first starts at 0 (or, once compaction removed
+// generations that ended at or before since, at the start of the one in
+// force at since), the last is the one Schema describes.
+func (sh *Shard) Generations() []Generation {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.cur == nil {
+		return nil
 	}
-	return withColumns(sh.Schema(), timeField, diffField)
+	var out []Generation
+	for _, g := range sh.cur.gens() {
+		out = append(out, Generation{Start: g.Start, Schema: sh.schemas[g.Schema].user})
+	}
+	return out
+}
+
+// SchemaAt returns the user schema of the generation in force at time t
+// (of the manifest last read): the schema of ReadAsOf(t), and of an
+// append at t. Times before the first generation kept get its schema
+// (they are below since, so not readable).
+func (sh *Shard) SchemaAt(t uint64) *arrow.Schema {
+	gs := sh.Generations()
+	if len(gs) == 0 {
+		return nil
+	}
+	i := 0
+	for k, g := range gs {
+		if g.Start <= t {
+			i = k
+		}
+	}
+	return gs[i].Schema
+}
+
+// gensOf returns m's generations with their schemas.
+func (sh *Shard) gensOf(m *Manifest) ([]gen, error) {
+	ms := m.gens()
+	out := make([]gen, len(ms))
+	for i, g := range ms {
+		sc, err := sh.schemasOf(g.Schema)
+		if err != nil {
+			return nil, fmt.Errorf("generation from %d: %w", g.Start, err)
+		}
+		end := uint64(math.MaxUint64)
+		if i+1 < len(ms) {
+			end = ms[i+1].Start
+		}
+		out[i] = gen{start: g.Start, end: end, sc: sc}
+	}
+	return out, nil
+}
+
+// genAt returns the index of the generation in force at t, or -1 when t
+// is before all of gs.
+func genAt(gs []gen, t uint64) int {
+	i := -1
+	for k, g := range gs {
+		if g.start <= t {
+			i = k
+		}
+	}
+	return i
+}
+
+// schemasOf returns the schemas of an encoded user schema, decoding it on
+// first use.
+func (sh *Shard) schemasOf(enc string) (*genSchemas, error) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.schemasLocked(enc)
+}
+
+func (sh *Shard) schemasLocked(enc string) (*genSchemas, error) {
+	if sc := sh.schemas[enc]; sc != nil {
+		return sc, nil
+	}
+	s, err := decodeSchema(enc)
+	if err != nil {
+		return nil, err
+	}
+	sc := &genSchemas{user: s, batch: s, read: s}
+	if sh.kind == kindData {
+		sc.batch, sc.read = withColumns(s, timeField, diffField), withColumns(s, diffField)
+	}
+	if sh.schemas == nil {
+		sh.schemas = map[string]*genSchemas{}
+	}
+	sh.schemas[enc] = sc
+	return sc, nil
 }
 
 // refresh returns the current manifest, reading it when a newer version
@@ -154,17 +283,15 @@ func (sh *Shard) refresh(ctx context.Context) (*Manifest, error) {
 	}
 }
 
-// install makes m the cached manifest (if newer), decoding the schema on
-// first use.
+// install makes m the cached manifest (if newer), decoding the schemas of
+// its generations on first use.
 func (sh *Shard) install(m *Manifest, path string) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.user == nil {
-		s, err := decodeSchema(m.Schema)
-		if err != nil {
+	for _, g := range m.gens() {
+		if _, err := sh.schemasLocked(g.Schema); err != nil {
 			return &CorruptError{Path: path, Detail: err.Error()}
 		}
-		sh.user = s
 	}
 	if sh.cur == nil || m.Version > sh.cur.Version {
 		sh.cur = m
@@ -202,15 +329,21 @@ func (sh *Shard) sweepTemps(ents []fs.DirEntry) int {
 	return n
 }
 
-// create makes the shard's first manifest, or checks the existing schema.
+// create makes the shard's first manifest, or checks the existing schema:
+// the latest generation's, or for a replay an earlier one's.
 func (sh *Shard) create(ctx context.Context, user *arrow.Schema) error {
 	for {
-		m, err := sh.refresh(ctx)
+		_, err := sh.refresh(ctx)
 		if err == nil {
-			if d := fieldsDiff(user.Fields(), sh.Schema().Fields()); d != "" {
-				return fmt.Errorf("create %s: it exists with a different schema (%s); pick another name or drop the collection", sh.what(), d)
+			d := fieldsDiff(user.Fields(), sh.Schema().Fields())
+			for _, g := range sh.Generations() {
+				if fieldsDiff(user.Fields(), g.Schema.Fields()) == "" {
+					d = ""
+				}
 			}
-			_ = m
+			if d != "" {
+				return fmt.Errorf("create %s: it exists with a different schema (%s); for a schema change upstream start a new generation at its time, else pick another name or drop the collection", sh.what(), d)
+			}
 			return nil
 		}
 		if !errors.Is(err, ErrNotFound) {
@@ -223,7 +356,7 @@ func (sh *Shard) create(ctx context.Context, user *arrow.Schema) error {
 		if err != nil {
 			return fmt.Errorf("create %s: %w", sh.what(), err)
 		}
-		m = &Manifest{Format: FormatVersion, Kind: sh.kind, Name: sh.name, Version: 1,
+		m := &Manifest{Format: FormatVersion, Kind: sh.kind, Name: sh.name, Version: 1,
 			Schema: enc, Columns: columnInfos(user), Batches: []BatchMeta{}}
 		if _, err := sh.commit(ctx, m); err != nil && !errors.Is(err, errLostRace) {
 			return fmt.Errorf("create %s: %w", sh.what(), err)
@@ -298,10 +431,10 @@ func (sh *Shard) writeBatch(ctx context.Context, lower, upper uint64, recs ...ar
 	return BatchMeta{File: name, Lower: lower, Upper: upper, Rows: rows, Bytes: size, CRC32C: crc}, nil
 }
 
-// loadBatch reads and checks one batch file. The caller releases the
-// records. A missing file (removed after a compaction) gives an error
-// matching fs.ErrNotExist.
-func (sh *Shard) loadBatch(ctx context.Context, b BatchMeta) ([]arrow.Record, error) {
+// loadBatch reads and checks one batch file, which must have the schema
+// want. The caller releases the records. A missing file (removed after a
+// compaction) gives an error matching fs.ErrNotExist.
+func (sh *Shard) loadBatch(ctx context.Context, b BatchMeta, want *arrow.Schema) ([]arrow.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("read batch %s: %w", b.File, err)
 	}
@@ -310,7 +443,7 @@ func (sh *Shard) loadBatch(ctx context.Context, b BatchMeta) ([]arrow.Record, er
 	if err != nil {
 		return nil, fmt.Errorf("read batch %s: %w", b.File, err)
 	}
-	recs, err := decodeBatch(path, data, b.CRC32C, sh.batchSchema())
+	recs, err := decodeBatch(path, data, b.CRC32C, want)
 	if err != nil {
 		return nil, fmt.Errorf("read batch %s: %w", b.File, err)
 	}
@@ -342,8 +475,12 @@ type Info struct {
 	Version uint64
 	Since   uint64
 	Upper   uint64
-	// Schema is the user schema (for remap shards, the batch schema).
+	// Schema is the user schema (for remap shards, the batch schema); for
+	// a collection, its latest generation's.
 	Schema *arrow.Schema
+	// Generations are a collection's generations, oldest first (see
+	// Shard.Generations); a remap shard has one from 0.
+	Generations []Generation
 	// Domain is a remap shard's time domain.
 	Domain  frontier.Domain
 	Batches []BatchInfo
@@ -365,8 +502,15 @@ func (sh *Shard) Info(ctx context.Context) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
+	gs, err := sh.gensOf(m)
+	if err != nil {
+		return Info{}, fmt.Errorf("describe %s: %w", sh.what(), err)
+	}
 	in := Info{Name: sh.name, Kind: sh.kind, Dir: sh.dir, Version: m.Version, Since: m.Since, Upper: m.Upper,
-		Schema: sh.Schema(), Domain: m.Domain, Errors: slicesClone(m.Errors)}
+		Schema: gs[len(gs)-1].sc.user, Domain: m.Domain, Errors: slicesClone(m.Errors)}
+	for _, g := range gs {
+		in.Generations = append(in.Generations, Generation{Start: g.start, Schema: g.sc.user})
+	}
 	for _, b := range m.Batches {
 		in.Batches = append(in.Batches, BatchInfo{BatchMeta: b, Path: filepath.Join(sh.dir, b.File)})
 		in.Rows += b.Rows
@@ -385,41 +529,54 @@ func (sh *Shard) firstError(m *Manifest, t uint64) error {
 	return nil
 }
 
-// readSchema is the schema of ReadAsOf results: user columns and _diff.
-func (sh *Shard) readSchema() *arrow.Schema { return withColumns(sh.Schema(), diffField) }
-
-// changesSchema is the schema of Changes results.
-func (sh *Shard) changesSchema() *arrow.Schema {
-	return withColumns(sh.Schema(), timeField, diffField)
+// readableAt checks that t is readable in m and returns the generation in
+// force at t.
+func (sh *Shard) readableAt(m *Manifest, op string, t uint64) (gen, error) {
+	if m.Upper == 0 || t < m.Since || t >= m.Upper {
+		return gen{}, &NotReadableError{Collection: sh.name, Op: op, Time: t, Since: m.Since, Upper: m.Upper}
+	}
+	if err := sh.firstError(m, t); err != nil {
+		return gen{}, err
+	}
+	gs, err := sh.gensOf(m)
+	if err != nil {
+		return gen{}, fmt.Errorf("%s %s as of %d: %w", op, sh.what(), t, err)
+	}
+	i := genAt(gs, t)
+	if i < 0 {
+		// Generations before since are removed only when a later one
+		// starts at or before since, so this does not happen.
+		return gen{}, &NotReadableError{Collection: sh.name, Op: op, Time: t, Since: m.Since, Upper: m.Upper}
+	}
+	return gs[i], nil
 }
 
 // ReadAsOf returns the collection's contents at time t: every update at a
-// time <= t, consolidated, as one record of the user columns plus _diff
-// (the multiplicity; rows whose diffs sum to zero are dropped), sorted by
-// row. t must be in [Since, Upper). The caller releases the record.
+// time <= t of the generation in force at t, consolidated, as one record
+// of that generation's user columns plus _diff (the multiplicity; rows
+// whose diffs sum to zero are dropped), sorted by row. t must be in
+// [Since, Upper). The caller releases the record.
 func (sh *Shard) ReadAsOf(ctx context.Context, t uint64) (arrow.Record, error) {
 	if sh.kind != kindData {
 		return nil, fmt.Errorf("read %s: a remap shard holds bindings; use Bindings: %w", sh.what(), ErrInvalid)
 	}
 	var out arrow.Record
 	err := sh.readRetry(ctx, func(m *Manifest) error {
-		if m.Upper == 0 || t < m.Since || t >= m.Upper {
-			return &NotReadableError{Collection: sh.name, Op: "read", Time: t, Since: m.Since, Upper: m.Upper}
-		}
-		if err := sh.firstError(m, t); err != nil {
+		g, err := sh.readableAt(m, "read", t)
+		if err != nil {
 			return err
 		}
-		rs, err := newRunSet(sh.Schema().Fields())
+		rs, err := newRunSet(g.sc.user.Fields())
 		if err != nil {
 			return fmt.Errorf("read %s: %w", sh.what(), err)
 		}
 		defer rs.release()
 		var lists [][]ent
-		for _, b := range m.Batches {
+		for _, b := range g.batches(m) {
 			if b.Lower > t {
 				continue
 			}
-			recs, err := sh.loadBatch(ctx, b)
+			recs, err := sh.loadBatch(ctx, b, g.sc.batch)
 			if err != nil {
 				return fmt.Errorf("read %s as of %d: %w", sh.what(), t, err)
 			}
@@ -429,7 +586,7 @@ func (sh *Shard) ReadAsOf(ctx context.Context, t uint64) (arrow.Record, error) {
 				lists = append(lists, rs.consolidateRow(rs.ents(run, 0, t+1)))
 			}
 		}
-		out = rs.build(sh.readSchema(), rs.mergeRows(lists), false)
+		out = rs.build(g.sc.read, rs.mergeRows(lists), false)
 		return nil
 	})
 	if err != nil {
@@ -438,37 +595,35 @@ func (sh *Shard) ReadAsOf(ctx context.Context, t uint64) (arrow.Record, error) {
 	return out, nil
 }
 
-// ScanAsOf hands the updates at times <= t to add, one batch at a time
-// (the user columns, _time and _diff; consolidated within a batch, not
-// across batches), so that a caller can fold the contents as of t into
-// its own structure holding no more than one batch. Summed, the updates
-// are ReadAsOf(t). If a compaction replaces a batch file during the scan,
-// the scan starts over on the new manifest; begin is called before each
-// pass, and the caller drops what it gathered. t must be in [Since,
-// Upper).
+// ScanAsOf hands the updates at times <= t of the generation in force at
+// t to add, one batch at a time (that generation's user columns, _time
+// and _diff; consolidated within a batch, not across batches), so that a
+// caller can fold the contents as of t into its own structure holding no
+// more than one batch. Summed, the updates are ReadAsOf(t). If a
+// compaction replaces a batch file during the scan, the scan starts over
+// on the new manifest; begin is called before each pass, and the caller
+// drops what it gathered. t must be in [Since, Upper).
 func (sh *Shard) ScanAsOf(ctx context.Context, t uint64, begin func(), add func(rec arrow.Record) error) error {
 	if sh.kind != kindData {
 		return fmt.Errorf("scan %s: a remap shard holds bindings; use Bindings: %w", sh.what(), ErrInvalid)
 	}
 	return sh.readRetry(ctx, func(m *Manifest) error {
-		if m.Upper == 0 || t < m.Since || t >= m.Upper {
-			return &NotReadableError{Collection: sh.name, Op: "read", Time: t, Since: m.Since, Upper: m.Upper}
-		}
-		if err := sh.firstError(m, t); err != nil {
+		g, err := sh.readableAt(m, "read", t)
+		if err != nil {
 			return err
 		}
 		begin()
-		for _, b := range m.Batches {
+		for _, b := range g.batches(m) {
 			if b.Lower > t {
 				continue
 			}
-			recs, err := sh.loadBatch(ctx, b)
+			recs, err := sh.loadBatch(ctx, b, g.sc.batch)
 			if err != nil {
 				return fmt.Errorf("scan %s as of %d: %w", sh.what(), t, err)
 			}
 			for i, rec := range recs {
 				if b.Upper > t+1 {
-					rest, ferr := sh.filterTo(rec, t)
+					rest, ferr := sh.filterTo(rec, t, g.sc)
 					rec.Release()
 					rec, err = rest, ferr
 				}
@@ -487,8 +642,8 @@ func (sh *Shard) ScanAsOf(ctx context.Context, t uint64, begin func(), add func(
 }
 
 // filterTo returns the rows of rec with _time <= t (nil when none).
-func (sh *Shard) filterTo(rec arrow.Record, t uint64) (arrow.Record, error) {
-	rs, err := newRunSet(sh.Schema().Fields())
+func (sh *Shard) filterTo(rec arrow.Record, t uint64, sc *genSchemas) (arrow.Record, error) {
+	rs, err := newRunSet(sc.user.Fields())
 	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", sh.what(), err)
 	}
@@ -497,7 +652,7 @@ func (sh *Shard) filterTo(rec arrow.Record, t uint64) (arrow.Record, error) {
 	if len(es) == 0 {
 		return nil, nil
 	}
-	return rs.build(sh.batchSchema(), es, true), nil
+	return rs.build(sc.batch, es, true), nil
 }
 
 // Changes returns the consolidated updates at times in (t1, t2]: the user
@@ -505,6 +660,13 @@ func (sh *Shard) filterTo(rec arrow.Record, t uint64) (arrow.Record, error) {
 // time then row. It needs Since <= t1 <= t2 < Upper; to get everything up
 // to t2, read as of Since and add Changes(Since, t2). The caller releases
 // the record.
+//
+// A generation starting at T in (t1, t2] with the same schema as the one
+// before it (a truncate, a re-snapshot) contributes, at time T, the
+// retraction of the contents as of T-1 and its own updates at T, so that
+// ReadAsOf(t1) plus the changes is ReadAsOf(t2) still. One with another
+// schema makes Changes fail with a *SchemaChangedError: read the changes
+// up to T-1, then as of T and the changes after it.
 func (sh *Shard) Changes(ctx context.Context, t1, t2 uint64) (arrow.Record, error) {
 	if sh.kind != kindData {
 		return nil, fmt.Errorf("changes of %s: a remap shard holds bindings; use Bindings: %w", sh.what(), ErrInvalid)
@@ -523,16 +685,49 @@ func (sh *Shard) Changes(ctx context.Context, t1, t2 uint64) (arrow.Record, erro
 		if err := sh.firstError(m, t2); err != nil {
 			return err
 		}
-		rs, err := newRunSet(sh.Schema().Fields())
+		gs, err := sh.gensOf(m)
+		if err != nil {
+			return fmt.Errorf("changes of %s: %w", sh.what(), err)
+		}
+		i1, i2 := genAt(gs, t1), genAt(gs, t2)
+		if i1 < 0 {
+			return &NotReadableError{Collection: sh.name, Op: "changes of", Time: t1, Since: m.Since, Upper: m.Upper}
+		}
+		for k := i1 + 1; k <= i2; k++ {
+			if !sameSchema(gs[k].sc.user, gs[k-1].sc.user) {
+				return &SchemaChangedError{Collection: sh.name, From: t1, To: t2, At: gs[k].start}
+			}
+		}
+		rs, err := newRunSet(gs[i2].sc.user.Fields())
 		if err != nil {
 			return fmt.Errorf("changes of %s: %w", sh.what(), err)
 		}
 		defer rs.release()
-		es, err := sh.collect(ctx, m, rs, t1+1, t2+1)
-		if err != nil {
-			return fmt.Errorf("changes of %s: %w", sh.what(), err)
+		var es []ent
+		for k := i1; k <= i2; k++ {
+			g := gs[k]
+			if k > i1 {
+				// The implicit retraction at g.start of what the previous
+				// generation holds as of g.start-1: all its updates.
+				prev := gs[k-1]
+				old, err := sh.gather(ctx, prev.batches(m), prev.sc.batch, rs, 0, g.start)
+				if err != nil {
+					return fmt.Errorf("changes of %s: %w", sh.what(), err)
+				}
+				rs.sortRowTime(old)
+				for _, e := range rs.consolidateRow(old) {
+					e.time, e.diff = g.start, -e.diff
+					es = append(es, e)
+				}
+			}
+			got, err := sh.gather(ctx, g.batches(m), g.sc.batch, rs, max(t1+1, g.start), min(t2+1, g.end))
+			if err != nil {
+				return fmt.Errorf("changes of %s: %w", sh.what(), err)
+			}
+			es = append(es, got...)
 		}
-		out = rs.build(sh.changesSchema(), es, true)
+		rs.sortTimeRow(es)
+		out = rs.build(gs[i2].sc.batch, rs.consolidateRowTime(es), true)
 		return nil
 	})
 	if err != nil {
@@ -541,15 +736,33 @@ func (sh *Shard) Changes(ctx context.Context, t1, t2 uint64) (arrow.Record, erro
 	return out, nil
 }
 
-// collect loads the updates at times in [lo, hi) into rs and returns them
-// sorted by (time, row) and consolidated.
-func (sh *Shard) collect(ctx context.Context, m *Manifest, rs *runSet, lo, hi uint64) ([]ent, error) {
+// sameSchema reports whether two user schemas are identical: fields
+// (names, types, nullability, metadata) and schema metadata.
+func sameSchema(a, b *arrow.Schema) bool {
+	return a.Equal(b) && a.Metadata().Equal(b.Metadata())
+}
+
+// collect loads the updates of batches (files of schema want) at times in
+// [lo, hi) into rs and returns them sorted by (time, row) and
+// consolidated.
+func (sh *Shard) collect(ctx context.Context, batches []BatchMeta, want *arrow.Schema, rs *runSet, lo, hi uint64) ([]ent, error) {
+	es, err := sh.gather(ctx, batches, want, rs, lo, hi)
+	if err != nil {
+		return nil, err
+	}
+	rs.sortTimeRow(es)
+	return rs.consolidateRowTime(es), nil
+}
+
+// gather loads the updates of batches (files of schema want) at times in
+// [lo, hi) into rs and returns them, in no particular order.
+func (sh *Shard) gather(ctx context.Context, batches []BatchMeta, want *arrow.Schema, rs *runSet, lo, hi uint64) ([]ent, error) {
 	var es []ent
-	for _, b := range m.Batches {
+	for _, b := range batches {
 		if b.Lower >= hi || b.Upper <= lo {
 			continue
 		}
-		recs, err := sh.loadBatch(ctx, b)
+		recs, err := sh.loadBatch(ctx, b, want)
 		if err != nil {
 			return nil, err
 		}
@@ -559,14 +772,14 @@ func (sh *Shard) collect(ctx context.Context, m *Manifest, rs *runSet, lo, hi ui
 			es = append(es, rs.ents(run, lo, hi)...)
 		}
 	}
-	rs.sortTimeRow(es)
-	return rs.consolidateRowTime(es), nil
+	return es, nil
 }
 
-// prepareInput checks an appended record against the shard's schema and
-// the interval, and returns it with the columns in store order (user
-// columns, _time, _diff), or nil when it has no rows.
-func (sh *Shard) prepareInput(rec arrow.Record, lower, upper uint64) (arrow.Record, error) {
+// prepareInput checks an appended record against the schema of the
+// generation from genStart (sc) and the interval, and returns it with the
+// columns in store order (user columns, _time, _diff), or nil when it has
+// no rows.
+func (sh *Shard) prepareInput(rec arrow.Record, lower, upper, genStart uint64, sc *genSchemas) (arrow.Record, error) {
 	if rec == nil {
 		return nil, nil
 	}
@@ -591,8 +804,8 @@ func (sh *Shard) prepareInput(rec arrow.Record, lower, upper uint64) (arrow.Reco
 	if !arrow.TypeEqual(tf.Type, arrow.PrimitiveTypes.Uint64) || !arrow.TypeEqual(df.Type, arrow.PrimitiveTypes.Int64) {
 		return nil, &SchemaMismatchError{Collection: sh.name, Detail: fmt.Sprintf("_time is %s and _diff is %s, want uint64 and int64", tf.Type, df.Type)}
 	}
-	if d := fieldsDiff(user, sh.Schema().Fields()); d != "" {
-		return nil, &SchemaMismatchError{Collection: sh.name, Detail: d}
+	if d := fieldsDiff(user, sc.user.Fields()); d != "" {
+		return nil, &SchemaMismatchError{Collection: sh.name, Detail: d, Generation: genStart, InGeneration: true}
 	}
 	if rec.NumRows() == 0 {
 		return nil, nil
@@ -607,7 +820,7 @@ func (sh *Shard) prepareInput(rec arrow.Record, lower, upper uint64) (arrow.Reco
 		}
 	}
 	cols = append(cols, tcol, dcol)
-	return array.NewRecord(sh.batchSchema(), cols, rec.NumRows()), nil
+	return array.NewRecord(sc.batch, cols, rec.NumRows()), nil
 }
 
 // runs are the records of one batch, in store column order.
@@ -622,8 +835,8 @@ func (in runs) release() {
 // sortConsolidate returns in sorted by (row, time) and consolidated: its
 // runs themselves (retained, perhaps reordered) when they are so already,
 // one after the other, else one record; nothing when everything cancels.
-func (sh *Shard) sortConsolidate(in runs) (runs, error) {
-	if out, err := sh.inOrder(in); out != nil || err != nil {
+func (sh *Shard) sortConsolidate(in runs, sc *genSchemas) (runs, error) {
+	if out, err := sh.inOrder(in, sc); out != nil || err != nil {
 		return out, err // nothing to sort or consolidate
 	}
 	rec := in[0]
@@ -631,12 +844,12 @@ func (sh *Shard) sortConsolidate(in runs) (runs, error) {
 		// One run, so that prefixes can pack leading columns rebased to
 		// their ranges in it.
 		var err error
-		if rec, err = arrowutil.Concat(sh.batchSchema(), in, memory.DefaultAllocator); err != nil {
+		if rec, err = arrowutil.Concat(sc.batch, in, memory.DefaultAllocator); err != nil {
 			return nil, fmt.Errorf("sort batch: %w", err)
 		}
 		defer rec.Release()
 	}
-	rs, err := newRunSet(sh.Schema().Fields())
+	rs, err := newRunSet(sc.user.Fields())
 	if err != nil {
 		return nil, err
 	}
@@ -651,14 +864,14 @@ func (sh *Shard) sortConsolidate(in runs) (runs, error) {
 	if es = rs.consolidateRowTime(es); len(es) == 0 {
 		return nil, nil
 	}
-	return runs{rs.build(sh.batchSchema(), es, true)}, nil
+	return runs{rs.build(sc.batch, es, true)}, nil
 }
 
 // inOrder returns the runs of in, retained and in row order, when each is
 // sorted and consolidated and they do not overlap (runSet.inOrder); nil
 // otherwise.
-func (sh *Shard) inOrder(in runs) (runs, error) {
-	rs, err := newRunSet(sh.Schema().Fields())
+func (sh *Shard) inOrder(in runs, sc *genSchemas) (runs, error) {
+	rs, err := newRunSet(sc.user.Fields())
 	if err != nil {
 		return nil, err
 	}
@@ -679,15 +892,15 @@ func (sh *Shard) inOrder(in runs) (runs, error) {
 }
 
 // filterFrom returns the rows of in with _time >= t.
-func (sh *Shard) filterFrom(in runs, t uint64) runs {
+func (sh *Shard) filterFrom(in runs, t uint64, sc *genSchemas) runs {
 	var out runs
 	for _, rec := range in {
-		rs, err := newRunSet(sh.Schema().Fields())
+		rs, err := newRunSet(sc.user.Fields())
 		if err != nil {
 			return nil
 		}
 		if es := rs.ents(rs.add(rec), t, ^uint64(0)); len(es) > 0 {
-			out = append(out, rs.build(sh.batchSchema(), es, true))
+			out = append(out, rs.build(sc.batch, es, true))
 		}
 		rs.release()
 	}

@@ -206,7 +206,7 @@ func TestAppendRunsInOrder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		stored, err := sh.loadBatch(ctx, info.Batches[len(info.Batches)-1].BatchMeta)
+		stored, err := sh.loadBatch(ctx, info.Batches[len(info.Batches)-1].BatchMeta, withColumns(sh.Schema(), timeField, diffField))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -292,7 +292,7 @@ func TestAppendSortedInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := info.Batches[len(info.Batches)-1]
-	stored, err := sh.loadBatch(ctx, b.BatchMeta)
+	stored, err := sh.loadBatch(ctx, b.BatchMeta, withColumns(sh.Schema(), timeField, diffField))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,13 @@
 // A collection's contents at time t are all updates with time <= t,
 // consolidated. Reads are exact at every t in [since, upper): compaction
 // merges batches, advances times below since to since and consolidates, and
-// never changes such a read. See docs/format-store.md for the format.
+// never changes such a read.
+//
+// A collection is a sequence of generations (Shard.NewGeneration): one
+// starting at T, with its own schema, holds the contents from T on, so a
+// TRUNCATE, a re-snapshot or a schema change upstream retracts everything
+// before T at T without writing it. Reads at t use the generation in force
+// at t. See docs/format-store.md for the format.
 package store
 
 import (
@@ -260,15 +266,14 @@ func (s *Store) Shard(ctx context.Context, name string) (*Shard, error) {
 // columns, without _time and _diff; if they are present they are dropped),
 // or opens it when it exists with an equal schema. Schema metadata (such
 // as rtr.key) is stored with it.
+//
+// An existing collection's schema is its latest generation's; an earlier
+// generation's is accepted too (a replay of old data), and appends check
+// the schema of the generation their times fall in.
 func (s *Store) CreateShard(ctx context.Context, name string, schema *arrow.Schema) (*Shard, error) {
-	user, err := userSchema(schema)
+	user, err := checkUserSchema(schema)
 	if err != nil {
 		return nil, fmt.Errorf("create collection %s: %w", name, err)
-	}
-	for _, f := range user.Fields() {
-		if _, err := newColumn(f.Type); err != nil {
-			return nil, fmt.Errorf("create collection %s: column %q: %w", name, f.Name, err)
-		}
 	}
 	sh, err := s.handle(kindData, name)
 	if err != nil {
@@ -278,6 +283,21 @@ func (s *Store) CreateShard(ctx context.Context, name string, schema *arrow.Sche
 		return nil, err
 	}
 	return sh, nil
+}
+
+// checkUserSchema returns the user schema of a collection or generation
+// (userSchema) after checking that every column type is supported.
+func checkUserSchema(schema *arrow.Schema) (*arrow.Schema, error) {
+	user, err := userSchema(schema)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range user.Fields() {
+		if _, err := newColumn(f.Type); err != nil {
+			return nil, fmt.Errorf("column %q: %w", f.Name, err)
+		}
+	}
+	return user, nil
 }
 
 // userSchema drops _time and _diff (which must have their types).
