@@ -222,7 +222,22 @@ func (f *pgFixture) BreakCollection(t *testing.T, coll string) {
 		t.Fatal(err)
 	}
 	defer c.Close(context.Background())
-	execAll(t, c, "TRUNCATE "+coll)
+	// A column added under the stream is a change the collection cannot
+	// follow yet; the update makes pgoutput send the new relation.
+	execAll(t, c, "ALTER TABLE "+coll+" ADD COLUMN conformance_break int", "UPDATE "+coll+" SET balance = balance + 1")
+}
+
+func (f *pgFixture) Truncate(t *testing.T, coll string, rows map[string]int64) {
+	c, err := pgx.Connect(ctxT(t), f.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	qs := []string{"BEGIN", "TRUNCATE " + coll}
+	for id, bal := range rows {
+		qs = append(qs, fmt.Sprintf("INSERT INTO %s VALUES (%s, %d)", coll, id, bal))
+	}
+	execAll(t, c, append(qs, "COMMIT")...)
 }
 
 // --- MariaDB ------------------------------------------------------------------
@@ -340,8 +355,29 @@ func (f *myFixture) BreakCollection(t *testing.T, coll string) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Execute("TRUNCATE " + strings.TrimPrefix(coll, f.db+".")); err != nil {
+	table := strings.TrimPrefix(coll, f.db+".")
+	for _, q := range []string{"ALTER TABLE " + table + " ADD COLUMN conformance_break int", "UPDATE " + table + " SET balance = balance + 1"} {
+		if _, err := c.Execute(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (f *myFixture) Truncate(t *testing.T, coll string, rows map[string]int64) {
+	c, err := f.h.m.Connect(ctxT(t), f.db)
+	if err != nil {
 		t.Fatal(err)
+	}
+	defer c.Close()
+	table := strings.TrimPrefix(coll, f.db+".")
+	qs := []string{"TRUNCATE " + table} // commits on its own
+	for id, bal := range rows {
+		qs = append(qs, fmt.Sprintf("INSERT INTO %s VALUES (%s, %d)", table, id, bal))
+	}
+	for _, q := range qs {
+		if _, err := c.Execute(q); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -25,8 +25,12 @@ type pipeCollection struct {
 	domain frontier.Domain
 	user   []arrow.Field  // nil until a data stream is seen
 	recs   []arrow.Record // as the pipe carries them
-	maxPos uint64         // the largest _time seen
-	errAt  *uint64        // the first definite error, if any
+	// resets split the records at each reset of the collection (a
+	// TRUNCATE, a re-snapshot): from its time on only the records after
+	// it count. Narrowed away by segment.
+	resets []pipeReset
+	maxPos uint64  // the largest _time seen
+	errAt  *uint64 // the first definite error, if any
 	errMsg string
 	seen   bool // any stream of the collection, progress included
 	// sourceWide says the pipe has progress of the whole source (no
@@ -35,11 +39,58 @@ type pipeCollection struct {
 	sourceWide bool
 }
 
-func (pc *pipeCollection) release() {
+// pipeReset is a reset at time at: recs and user from it up to the next
+// one; the records before the first reset are in pipeCollection itself.
+type pipeReset struct {
+	at   uint64
+	user []arrow.Field
+	recs []arrow.Record
+}
+
+// segment narrows pc to the records that hold at times lo..hi: those
+// after the last reset at or below lo, with its columns. A reset inside
+// lo..hi leaves no single answer: an error names it.
+func (pc *pipeCollection) segment(lo, hi uint64) error {
+	for _, r := range pc.resets {
+		if r.at > lo && r.at <= hi {
+			return hint.Wrap(fmt.Errorf("the pipe resets the collection (a TRUNCATE or re-snapshot) at time %d, inside the times read", r.at),
+				fmt.Sprintf("read --changes --to %d, or --from %d", r.at-1, r.at-1))
+		}
+	}
+	chosen := -1
+	for i, r := range pc.resets {
+		if r.at <= lo {
+			chosen = i
+		}
+	}
+	if chosen >= 0 {
+		pc.releaseRecs()
+		pc.user, pc.recs = pc.resets[chosen].user, pc.resets[chosen].recs
+		pc.resets[chosen].recs = nil
+	}
+	pc.dropResets()
+	return nil
+}
+
+func (pc *pipeCollection) releaseRecs() {
 	for _, r := range pc.recs {
 		r.Release()
 	}
 	pc.recs = nil
+}
+
+func (pc *pipeCollection) dropResets() {
+	for _, r := range pc.resets {
+		for _, rec := range r.recs {
+			rec.Release()
+		}
+	}
+	pc.resets = nil
+}
+
+func (pc *pipeCollection) release() {
+	pc.dropResets()
+	pc.releaseRecs()
 }
 
 // readPipeCollection reads the whole pipe on r and keeps the data and
@@ -94,6 +145,16 @@ func readPipeCollection(ctx context.Context, r io.Reader, collection string) (*p
 			if err := pc.addStream(s); err != nil {
 				return nil, nil, err
 			}
+		case pipe.KindReset:
+			t, schema, err := s.ReadReset()
+			if err != nil {
+				return nil, nil, fmt.Errorf("read pipe: %w", err)
+			}
+			user := pc.lastUser()
+			if schema != nil {
+				user = schema.Fields()
+			}
+			pc.resets = append(pc.resets, pipeReset{at: t, user: user})
 		}
 	}
 	names := make([]string, 0, len(others))
@@ -105,6 +166,15 @@ func readPipeCollection(ctx context.Context, r io.Reader, collection string) (*p
 	return pc, names, nil
 }
 
+// lastUser is the columns of the last reset, or of the records before
+// any.
+func (pc *pipeCollection) lastUser() []arrow.Field {
+	if n := len(pc.resets); n > 0 {
+		return pc.resets[n-1].user
+	}
+	return pc.user
+}
+
 func (pc *pipeCollection) addStream(s *pipe.Stream) error {
 	var user []arrow.Field
 	for _, f := range s.Schema.Fields() {
@@ -112,10 +182,14 @@ func (pc *pipeCollection) addStream(s *pipe.Stream) error {
 			user = append(user, f)
 		}
 	}
-	if pc.user == nil {
-		pc.user = user
-	} else if d := userFieldsDiff(user, pc.user); d != "" {
-		return fmt.Errorf("read pipe: stream %d: the columns of %s changed: %s", s.Index, s.Header.Collection, d)
+	want, recs := &pc.user, &pc.recs
+	if n := len(pc.resets); n > 0 {
+		want, recs = &pc.resets[n-1].user, &pc.resets[n-1].recs
+	}
+	if *want == nil {
+		*want = user
+	} else if d := userFieldsDiff(user, *want); d != "" {
+		return fmt.Errorf("read pipe: stream %d: the columns of %s changed without a reset: %s", s.Index, s.Header.Collection, d)
 	}
 	for {
 		rec, err := s.NextRecord()
@@ -129,7 +203,7 @@ func (pc *pipeCollection) addStream(s *pipe.Stream) error {
 		for _, t := range times.Uint64Values() {
 			pc.maxPos = max(pc.maxPos, t)
 		}
-		pc.recs = append(pc.recs, rec)
+		*recs = append(*recs, rec)
 	}
 }
 
@@ -206,6 +280,16 @@ func runReadPipe(ctx context.Context, stdin io.Reader, w, stderr io.Writer, opts
 	if pc.errAt != nil && *pc.errAt <= last {
 		return hint.Wrap(fmt.Errorf("read - %s: the collection has a definite error from time %d on: %s", opts.collection, *pc.errAt, pc.errMsg),
 			"what came before it is readable with --as-of or --changes --to a time below the error's (unpartitioned domains)")
+	}
+	lo, hi := last, last
+	if opts.changes {
+		lo = 0
+		if opts.from != nil {
+			lo = *opts.from + 1
+		}
+	}
+	if err := pc.segment(lo, hi); err != nil {
+		return fmt.Errorf("read - %s: %w", opts.collection, err)
 	}
 	if pc.user == nil {
 		// Only progress (e.g. a snapshot of an empty table): nothing to print,

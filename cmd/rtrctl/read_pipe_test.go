@@ -212,6 +212,13 @@ func TestReadPipeCases(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	// A TRUNCATE at 5 after row 2 of the same time, then rows 3 and 4.
+	more := handPipe(t, frontier.DomainLSN, [][]any{{3, "c", 5, 1}, {4, "d", 8, 1}}, nil)
+	reset := handPipe(t, frontier.DomainLSN, [][]any{{1, "a", 0, 1}, {2, "b", 5, 1}}, func(pw *pipe.Writer) {
+		if err := pw.WriteReset("s.t", frontier.DomainLSN, 5, nil); err != nil {
+			t.Fatal(err)
+		}
+	}) + more
 	tests := []struct {
 		name, in string
 		args     []string
@@ -220,6 +227,11 @@ func TestReadPipeCases(t *testing.T) {
 		stderr   string
 	}{
 		{"contents", lsn, nil, exitOK, "id,v\n1,A\n2,b\n3,\n", ""},
+		{"after a reset", reset, nil, exitOK, "id,v\n3,c\n4,d\n", ""},
+		{"before a reset", reset, []string{"--as-of", "4"}, exitOK, "id,v\n1,a\n", ""},
+		{"at a reset", reset, []string{"--as-of", "5"}, exitOK, "id,v\n3,c\n", ""},
+		{"changes across a reset", reset, []string{"--changes"}, exitError, "", "resets the collection (a TRUNCATE or re-snapshot) at time 5"},
+		{"changes from a reset", reset, []string{"--changes", "--from", "4"}, exitOK, "id,v,_time,_diff\n3,c,5,1\n4,d,8,1\n", ""},
 		{"as of 0", lsn, []string{"--as-of", "0"}, exitOK, "id,v\n1,a\n2,b\n2,b\n", ""},
 		{"as of 10", lsn, []string{"--as-of", "10"}, exitOK, "id,v\n1,A\n2,b\n2,b\n", ""},
 		{"as of an LSN", lsn, []string{"--as-of", "0/14"}, exitOK, "id,v\n1,A\n2,b\n3,\n", ""},

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/recency"
 )
 
 // Harness makes fixtures of one source kind.
@@ -77,6 +78,15 @@ type Fixture interface {
 	// BreakCollection makes an upstream event that must become a definite
 	// error of coll alone.
 	BreakCollection(t *testing.T, coll string)
+}
+
+// Truncater is a Fixture whose upstream can empty a collection in one
+// statement (TRUNCATE); Run adds check 8 for it.
+type Truncater interface {
+	// Truncate empties coll upstream, then writes rows (account ->
+	// balance) into it: in the TRUNCATE's own transaction where the
+	// upstream allows it (PostgreSQL), else right after it.
+	Truncate(t *testing.T, coll string, rows map[string]int64)
 }
 
 // Bank dimensions: small, so that every binding can be read.
@@ -304,6 +314,15 @@ func Run(t *testing.T, h Harness) {
 	t.Run("kill", func(t *testing.T) { testKill(t, h, h.New(t)) })
 	t.Run("errors", func(t *testing.T) { testErrors(t, h, h.New(t)) })
 	t.Run("restart", func(t *testing.T) { testRestart(t, h, h.New(t)) })
+	t.Run("truncate", func(t *testing.T) {
+		fx := h.New(t)
+		tr, ok := fx.(Truncater)
+		if !ok {
+			t.Logf("%s has no TRUNCATE: check 8 is not part of its run", h.Name())
+			return
+		}
+		testTruncate(t, h, fx, tr)
+	})
 }
 
 // newLog is the log of a fresh fixture.
@@ -649,4 +668,71 @@ func WaitEqualLog(t *testing.T, dir string, lay Layout, log *Log, p Proc, timeou
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// testTruncate is check 8: a TRUNCATE empties the collection at its own
+// time, and rows written after it (in its transaction, too) are its new
+// contents: a recency answer after it never shows the old rows, the
+// other collections keep following the upstream, and after a SIGKILL the
+// reads at every binding replay identically.
+func testTruncate(t *testing.T, h Harness, fx Fixture, tr Truncater) {
+	const source = "conf"
+	lay := fx.Layout(source)
+	colls := lay.Collections()
+	dir := filepath.Join(t.TempDir(), "store")
+	args := append(fx.IngestArgs(dir, source), "--interval", "20ms")
+	p := h.Run(t, nil, args...)
+	WaitEqual(t, fx, dir, lay, p, 60*time.Second)
+	log := newLog(fx, source)
+	w := StartWriter(t, fx, log, WriterOptions{Collections: colls[1:], Pause: 3 * time.Millisecond})
+	trunc := colls[0]
+	recent := func(what string, want map[string]int64) {
+		t.Helper()
+		st, err := openStore(t.Context(), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := recency.Wait(t.Context(), st, recency.Options{Collection: trunc, Timeout: 30 * time.Second})
+		if err != nil {
+			t.Fatalf("check 8: wait-recent %s: %v\nstderr:\n%s", what, err, tail(p.Stderr()))
+		}
+		sh, err := st.Shard(t.Context(), trunc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := readAccounts(t.Context(), sh, res.Time)
+		if err != nil {
+			t.Fatalf("check 8: read %s as of the recency answer %d %s: %v", trunc, res.Time, what, err)
+		}
+		if d := Diff(State{trunc: got}, State{trunc: want}); d != "" {
+			t.Fatalf("check 8: %s as of the recency answer %d %s: %s", trunc, res.Time, what, d)
+		}
+	}
+	tr.Truncate(t, trunc, nil)
+	recent("after TRUNCATE", map[string]int64{})
+	refill := map[string]int64{"1": 11, "2": 22, "3": 33}
+	tr.Truncate(t, trunc, refill)
+	recent("after TRUNCATE and inserts", refill)
+	before, err := RecordReads(t.Context(), dir, lay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Kill(t)
+	w.Halt(t)
+	if err := w.Err(); err != nil {
+		t.Fatalf("writer: %v", err)
+	}
+	p = h.Run(t, nil, args...)
+	WaitEqual(t, fx, dir, lay, p, 60*time.Second)
+	if code := p.Stop(t); code != 0 {
+		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.Stderr())
+	}
+	after, err := RecordReads(t.Context(), dir, lay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CompareReads(before, after); err != nil {
+		t.Fatalf("check 8 after SIGKILL: %v", err)
+	}
+	t.Logf("check 8: TRUNCATE and TRUNCATE+insert read exactly at their recency answers; %d transactions on the other collections; reads identical across a SIGKILL", log.Len())
 }

@@ -156,7 +156,7 @@ func (p *PG) Stream(ctx context.Context, r StreamRequest) error {
 	}
 	return replicate.StreamPG(ctx, replicate.PGConfig{
 		Upstream: p.cfg.Upstream, Publication: p.cfg.Publication, Slot: p.cfg.Slot,
-		StartLSN: startLSN, Nudge: p.nudge, RetryFor: r.RetryFor,
+		StartLSN: startLSN, Nudge: p.nudge, RetryFor: r.RetryFor, Expect: r.Schema,
 		Ack: func(ctx context.Context) (frontier.LSN, error) {
 			f, err := r.Ack(ctx, id)
 			return frontier.LSN(f.Pos()), err
@@ -184,6 +184,13 @@ func (s onlySink) Error(collection string, at frontier.Time, msg string) error {
 		return nil
 	}
 	return s.Sink.Error(collection, at, msg)
+}
+
+func (s onlySink) Reset(collection string, at frontier.Time, schema *arrow.Schema) error {
+	if !s.keep[collection] {
+		return nil
+	}
+	return s.Sink.Reset(collection, at, schema)
 }
 
 // Nudge implements Nudger: a standby status update with reply requested.

@@ -165,7 +165,7 @@ func runOnce(ctx context.Context, src Source, st *store.Store, opts Options) (er
 		return nil
 	}, st, d.log)
 	retry.Progress(ctx) // this attempt got as far as streaming
-	err = src.Stream(streamCtx, StreamRequest{Start: start, Sink: d, Ack: d.ack, RetryFor: streamRetryFor(opts.RetryFor)})
+	err = src.Stream(streamCtx, StreamRequest{Start: start, Sink: d, Ack: d.ack, RetryFor: streamRetryFor(opts.RetryFor), Schema: d.schemaOf})
 	stopStream()
 	if terr := bg.wait(); terr != nil {
 		return terr
@@ -476,4 +476,20 @@ func (d *driver) Error(collection string, at frontier.Time, msg string) error {
 		}
 		return t.rc.Error(d.ctx, collection, at, strings.TrimSpace(msg))
 	})
+}
+
+// Reset implements pipe.Sink: from its time on, the collection holds only
+// what follows (a TRUNCATE; a re-snapshot or schema change with the new
+// contents).
+func (d *driver) Reset(collection string, at frontier.Time, schema *arrow.Schema) error {
+	return d.live(collection, func(t *timeline) error { return t.rc.Reset(d.ctx, collection, at, schema) })
+}
+
+// schemaOf is StreamRequest.Schema.
+func (d *driver) schemaOf(collection string) *arrow.Schema {
+	sh, err := d.st.Shard(d.ctx, collection)
+	if err != nil || sh.Refresh(d.ctx) != nil {
+		return nil
+	}
+	return sh.Schema()
 }

@@ -49,6 +49,11 @@ type StreamRequest struct {
 	// RetryFor bounds how long transient upstream failures are retried
 	// in a row inside the stream (0: for ever); past it the stream fails.
 	RetryFor time.Duration
+	// Schema returns a collection's user columns as the store holds them
+	// (its latest generation's), nil when it has no shard: a source whose
+	// upstream may have changed a table while it was not followed checks
+	// its first description of it against this.
+	Schema func(collection string) *arrow.Schema
 }
 
 // Ack reports, for the timeline with id, the source frontier below which

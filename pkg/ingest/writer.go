@@ -36,7 +36,7 @@ type storeWriter struct {
 	collections []string // every collection of the source, sorted
 
 	// Owned by the reclocker's caller.
-	pending map[string]*buffered
+	pending map[string][]segment
 	errs    map[string][]timedError
 
 	jobs chan commitJob
@@ -128,25 +128,74 @@ func (b *buffered) release() {
 	b.recs = nil
 }
 
+// segment is a collection's buffered data from one reset on (or, with
+// reset nil, from what the store holds): a collection's pending data is
+// a list of them in time order, each holding only rows at times before
+// the next one's reset.
+type segment struct {
+	reset *timedReset
+	b     *buffered // nil: no rows
+}
+
+// timedReset is a reset (pipe.Sink.Reset) at system time t.
+type timedReset struct {
+	t      uint64
+	schema *arrow.Schema // nil: unchanged
+}
+
+func releaseSegments(segs []segment) {
+	for _, sg := range segs {
+		if sg.b != nil {
+			sg.b.release()
+		}
+	}
+}
+
+// splitSegments returns the segments' rows below upper (the resets below
+// it with them) and the rest.
+func splitSegments(segs []segment, upper uint64) (below, rest []segment, err error) {
+	for i, sg := range segs {
+		if sg.reset != nil && sg.reset.t >= upper {
+			return below, append(rest, segs[i:]...), nil
+		}
+		lo := segment{reset: sg.reset}
+		if sg.b != nil {
+			var hi *buffered
+			if lo.b, hi, err = sg.b.split(upper); err != nil {
+				releaseSegments(below)
+				releaseSegments(segs[i+1:])
+				return nil, nil, err
+			}
+			if hi != nil {
+				// A replay ahead of progress: the rows stay, after the
+				// reset that is committed now.
+				rest = append(rest, segment{b: hi})
+			}
+		}
+		below = append(below, lo)
+	}
+	return below, rest, nil
+}
+
 // commitJob is the data of every collection below upper, or (flushed not
 // nil) a request to report when the jobs before it are done.
 type commitJob struct {
 	upper   uint64
-	pending map[string]*buffered
+	pending map[string][]segment
 	errs    map[string][]timedError
 	flushed chan struct{}
 }
 
 func (j commitJob) release() {
-	for _, b := range j.pending {
-		b.release()
+	for _, segs := range j.pending {
+		releaseSegments(segs)
 	}
 }
 
 func newStoreWriter(st *store.Store, source string, collections []string) *storeWriter {
 	cs := append([]string{}, collections...)
 	sort.Strings(cs)
-	w := &storeWriter{st: st, source: source, collections: cs, pending: map[string]*buffered{}, errs: map[string][]timedError{},
+	w := &storeWriter{st: st, source: source, collections: cs, pending: map[string][]segment{}, errs: map[string][]timedError{},
 		jobs: make(chan commitJob, 1), done: make(chan struct{})}
 	go w.committer()
 	return w
@@ -242,8 +291,8 @@ func (w *storeWriter) Close() error {
 	}
 	w.sendMu.Unlock()
 	<-w.done
-	for c, b := range w.pending {
-		b.release()
+	for c, segs := range w.pending {
+		releaseSegments(segs)
 		delete(w.pending, c)
 	}
 	return w.Err()
@@ -254,12 +303,29 @@ func (w *storeWriter) Binding(frontier.Binding) error { return nil }
 
 // Data implements reclock.Output.
 func (w *storeWriter) Data(collection string, schema *arrow.Schema, rec arrow.Record) error {
-	b := w.pending[collection]
-	if b == nil {
-		b = &buffered{schema: schema}
-		w.pending[collection] = b
+	segs := w.pending[collection]
+	if len(segs) == 0 {
+		segs = []segment{{}}
 	}
-	b.add(rec)
+	last := &segs[len(segs)-1]
+	if last.b == nil {
+		last.b = &buffered{schema: schema}
+	}
+	last.b.add(rec)
+	w.pending[collection] = segs
+	return nil
+}
+
+// Reset implements reclock.Output: the rows of collection at t or later
+// handed over so far are superseded, and a new segment starts at t; its
+// commit starts a new generation of the collection's shard there.
+func (w *storeWriter) Reset(collection string, t uint64, schema *arrow.Schema) error {
+	segs, rest, err := splitSegments(w.pending[collection], t)
+	if err != nil {
+		return fmt.Errorf("reset %s: %w", collection, err)
+	}
+	releaseSegments(rest)
+	w.pending[collection] = append(segs, segment{reset: &timedReset{t: t, schema: schema}})
 	return nil
 }
 
@@ -284,8 +350,8 @@ func (w *storeWriter) Progress(upper uint64) error {
 	if err := w.Err(); err != nil {
 		return err
 	}
-	j := commitJob{upper: upper, pending: map[string]*buffered{}, errs: map[string][]timedError{}}
-	rest, restErrs := map[string]*buffered{}, map[string][]timedError{}
+	j := commitJob{upper: upper, pending: map[string][]segment{}, errs: map[string][]timedError{}}
+	rest, restErrs := map[string][]segment{}, map[string][]timedError{}
 	for c, es := range w.errs {
 		for _, e := range es {
 			if e.t < upper {
@@ -295,15 +361,16 @@ func (w *storeWriter) Progress(upper uint64) error {
 			}
 		}
 	}
-	for c, b := range w.pending {
-		below, later, err := b.split(upper)
+	for c, segs := range w.pending {
+		below, later, err := splitSegments(segs, upper)
 		if err != nil {
+			j.release()
 			return fmt.Errorf("commit %s: %w", c, err)
 		}
-		if below != nil {
+		if len(below) > 0 {
 			j.pending[c] = below
 		}
-		if later != nil {
+		if len(later) > 0 {
 			rest[c] = later
 		}
 	}
@@ -319,27 +386,12 @@ func (w *storeWriter) Progress(upper uint64) error {
 // replayed after a restart).
 var errWriterClosed = errors.New("ingest: store writer closed")
 
-func (w *storeWriter) commit(ctx context.Context, c string, upper uint64, b *buffered, errs []timedError) error {
-	sh, err := w.st.Shard(ctx, c)
-	if errors.Is(err, store.ErrNotFound) {
-		if b == nil {
-			// No data and no shard yet: nothing to say about it until its
-			// first data (its snapshot) arrives.
-			return nil
-		}
-		sh, err = w.st.CreateShard(ctx, c, b.schema)
-	}
-	if err != nil {
-		return fmt.Errorf("commit %s: %w", c, err)
-	}
-	if err := sh.Refresh(ctx); err != nil {
-		return fmt.Errorf("commit %s: %w", c, err)
-	}
+func (w *storeWriter) commit(ctx context.Context, c string, upper uint64, segs []segment, errs []timedError) error {
 	// A definite error holds from its own time on: the data goes up to
-	// it, the error is recorded at it, and rows at or after it (the
-	// error's own transaction, say) are not committed. So every read at
-	// the error's time fails, never shows the collection as it was before.
-	dataUpper := upper
+	// it, the error is recorded at it, and rows and resets at or after it
+	// (the error's own transaction, say) are not committed. So every read
+	// at the error's time fails, never shows the collection as it was
+	// before.
 	var firstErr *timedError
 	for i := range errs {
 		if firstErr == nil || errs[i].t < firstErr.t {
@@ -347,45 +399,68 @@ func (w *storeWriter) commit(ctx context.Context, c string, upper uint64, b *buf
 		}
 	}
 	if firstErr != nil {
-		dataUpper = firstErr.t
-		if b != nil {
-			below, rest, err := b.split(dataUpper)
-			if err != nil {
-				return fmt.Errorf("commit %s: %w", c, err)
-			}
-			if rest != nil {
-				rest.release()
-			}
-			if below != b {
-				defer func() {
-					if below != nil {
-						below.release()
-					}
-				}()
-			}
-			b = below
-		}
-	}
-	cur := sh.Upper()
-	expected := cur
-	var recs []arrow.Record
-	var rows int64
-	if b != nil && b.rows > 0 {
-		rows = b.rows
-		if b.minTime < cur {
-			expected = b.minTime // a replay: verified against the store and skipped
-		}
-		recs = b.recs
-	}
-	var res store.AppendResult
-	if dataUpper > expected {
-		if res, err = sh.Append(ctx, expected, dataUpper, recs...); err != nil {
+		below, rest, err := splitSegments(segs, firstErr.t)
+		if err != nil {
 			return fmt.Errorf("commit %s: %w", c, err)
+		}
+		releaseSegments(rest)
+		defer releaseSegments(below)
+		segs = below
+	}
+	sh, err := w.st.Shard(ctx, c)
+	if errors.Is(err, store.ErrNotFound) {
+		schema := segmentsSchema(segs)
+		if schema == nil {
+			// No data and no shard yet: nothing to say about it until its
+			// first data (its snapshot) arrives.
+			return nil
+		}
+		sh, err = w.st.CreateShard(ctx, c, schema)
+	}
+	if err != nil {
+		return fmt.Errorf("commit %s: %w", c, err)
+	}
+	if err := sh.Refresh(ctx); err != nil {
+		return fmt.Errorf("commit %s: %w", c, err)
+	}
+	end := upper
+	if firstErr != nil {
+		end = firstErr.t
+	}
+	var rows int64
+	appended := false
+	for i, sg := range segs {
+		if sg.reset != nil {
+			schema := sg.reset.schema
+			if schema == nil {
+				schema = sh.SchemaAt(sg.reset.t)
+			}
+			if err := w.appendTo(ctx, sh, c, sg.reset.t, nil, &appended); err != nil {
+				return err
+			}
+			if _, err := sh.NewGeneration(ctx, sg.reset.t, schema); err != nil {
+				return fmt.Errorf("commit reset of %s at %d: %w", c, sg.reset.t, err)
+			}
+		}
+		next := end
+		if i+1 < len(segs) {
+			next = segs[i+1].reset.t
+		}
+		if sg.b != nil {
+			rows += sg.b.rows
+		}
+		if err := w.appendTo(ctx, sh, c, next, sg.b, &appended); err != nil {
+			return err
+		}
+	}
+	if len(segs) == 0 {
+		if err := w.appendTo(ctx, sh, c, end, nil, &appended); err != nil {
+			return err
 		}
 	}
 	if firstErr != nil {
 		_, err := sh.AppendError(ctx, firstErr.t, max(upper, firstErr.t+1), firstErr.msg)
-		if _, ok := errors.AsType[*store.UpperMismatchError](err); ok && firstErr.t < cur {
+		if _, ok := errors.AsType[*store.UpperMismatchError](err); ok && firstErr.t < sh.Upper() {
 			// A replay met an error the first run did not (the upstream's
 			// catalog moved in between): history stays as committed, and
 			// the error holds from the collection's upper on.
@@ -396,11 +471,51 @@ func (w *storeWriter) commit(ctx context.Context, c string, upper uint64, b *buf
 			return fmt.Errorf("commit error of %s: %w", c, err)
 		}
 	}
-	if w.onCommit != nil && res.Status == store.Appended {
+	if w.onCommit != nil && appended {
 		w.onCommit(c, rows, upper)
 	}
 	if w.afterCommit != nil {
 		w.afterCommit(c, upper)
+	}
+	return nil
+}
+
+// appendTo appends b's rows (b may be nil) to sh, advancing its upper to
+// newUpper: a compare-and-append from the shard's upper or, for rows
+// below it (a replay), from their least time, verified and skipped.
+// *appended notes whether anything new was written.
+func (w *storeWriter) appendTo(ctx context.Context, sh *store.Shard, c string, newUpper uint64, b *buffered, appended *bool) error {
+	expected := sh.Upper()
+	var recs []arrow.Record
+	if b != nil && b.rows > 0 {
+		if b.minTime < expected {
+			expected = b.minTime // a replay: verified against the store and skipped
+		}
+		recs = b.recs
+	}
+	if newUpper <= expected {
+		return nil // already durable
+	}
+	res, err := sh.Append(ctx, expected, newUpper, recs...)
+	if err != nil {
+		return fmt.Errorf("commit %s: %w", c, err)
+	}
+	if res.Status == store.Appended {
+		*appended = true
+	}
+	return nil
+}
+
+// segmentsSchema is the user schema a new shard for segs is created
+// with: the first reset's or data's, nil when segs hold nothing.
+func segmentsSchema(segs []segment) *arrow.Schema {
+	for _, sg := range segs {
+		if sg.reset != nil && sg.reset.schema != nil {
+			return sg.reset.schema
+		}
+		if sg.b != nil {
+			return sg.b.schema
+		}
 	}
 	return nil
 }

@@ -40,6 +40,9 @@ const (
 	KeySource     = "rtr.source"
 	KeyTime       = "rtr.time"
 	KeyKey        = "rtr.key"
+	// KeySchema, on a reset stream, is the collection's user schema from
+	// the reset on when it changes there (EncodeSchema).
+	KeySchema = "rtr.schema"
 )
 
 // Reserved column names. User columns must not start with "_".
@@ -66,10 +69,15 @@ const (
 	KindBindings Kind = "bindings"
 	// KindError streams carry one definite error: _time, _message.
 	KindError Kind = "error"
+	// KindReset streams carry one reset of a collection: _time. From that
+	// time on the collection holds only the updates that follow the reset
+	// in the pipe (a TRUNCATE: none yet), in the schema rtr.schema names
+	// (unchanged when absent).
+	KindReset Kind = "reset"
 )
 
 // Kinds lists every kind, in a fixed order.
-var Kinds = []Kind{KindData, KindProgress, KindBindings, KindError}
+var Kinds = []Kind{KindData, KindProgress, KindBindings, KindError, KindReset}
 
 // ParseKind checks that s names a known kind.
 func ParseKind(s string) (Kind, error) {
@@ -78,7 +86,7 @@ func ParseKind(s string) (Kind, error) {
 			return k, nil
 		}
 	}
-	return "", fmt.Errorf("parse kind: unknown stream kind %q (want one of data, progress, bindings, error)", s)
+	return "", fmt.Errorf("parse kind: unknown stream kind %q (want one of data, progress, bindings, error, reset)", s)
 }
 
 // Header is what a stream's schema metadata says about it.
@@ -97,12 +105,16 @@ type Header struct {
 	Domain frontier.Domain
 	// Key lists the key columns of a data stream (optional; data only).
 	Key []string
+	// Schema is a reset stream's new user schema (rtr.schema; optional,
+	// reset only): nil when the schema does not change there.
+	Schema *arrow.Schema
 }
 
 // Equal reports whether h and o are the same header.
 func (h Header) Equal(o Header) bool {
 	return h.Kind == o.Kind && h.Collection == o.Collection && h.Source == o.Source &&
-		h.Domain == o.Domain && slices.Equal(h.Key, o.Key)
+		h.Domain == o.Domain && slices.Equal(h.Key, o.Key) &&
+		(h.Schema == nil) == (o.Schema == nil) && (h.Schema == nil || h.Schema.Equal(o.Schema))
 }
 
 // Metadata returns the schema metadata that carries h: rtr.version,
@@ -121,6 +133,10 @@ func (h Header) Metadata() arrow.Metadata {
 	keys, vals = append(keys, KeyTime), append(vals, string(h.Domain))
 	if len(h.Key) > 0 {
 		keys, vals = append(keys, KeyKey), append(vals, strings.Join(h.Key, ","))
+	}
+	if h.Schema != nil {
+		enc, _ := EncodeSchema(h.Schema) // writes to memory: cannot fail
+		keys, vals = append(keys, KeySchema), append(vals, enc)
 	}
 	return arrow.NewMetadata(keys, vals)
 }
@@ -159,7 +175,7 @@ func ParseHeader(md arrow.Metadata) (Header, error) {
 		return Header{}, err
 	}
 	if !ok {
-		return Header{}, fmt.Errorf("parse header: schema metadata has no %s key (want one of data, progress, bindings, error)", KeyKind)
+		return Header{}, fmt.Errorf("parse header: schema metadata has no %s key (want one of data, progress, bindings, error, reset)", KeyKind)
 	}
 	if h.Kind, err = ParseKind(v); err != nil {
 		return Header{}, fmt.Errorf("parse header: %s: %w", KeyKind, err)
@@ -199,8 +215,20 @@ func ParseHeader(md arrow.Metadata) (Header, error) {
 			}
 		}
 	}
+	enc, hasSchema, err := get(KeySchema)
+	if err != nil {
+		return Header{}, err
+	}
+	if hasSchema {
+		if h.Kind != KindReset {
+			return Header{}, fmt.Errorf("parse header: %s is only allowed on reset streams, this is a %s stream", KeySchema, h.Kind)
+		}
+		if h.Schema, err = DecodeSchema(enc); err != nil {
+			return Header{}, fmt.Errorf("parse header: %s: %w", KeySchema, err)
+		}
+	}
 	switch h.Kind {
-	case KindData, KindError:
+	case KindData, KindError, KindReset:
 		if h.Collection == "" {
 			return Header{}, fmt.Errorf("parse header: a %s stream needs %s (the collection name)", h.Kind, KeyCollection)
 		}

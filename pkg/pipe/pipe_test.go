@@ -652,3 +652,77 @@ func TestWriterErrorIsSticky(t *testing.T) {
 		t.Errorf("Close = %v, want the first error again", err2)
 	}
 }
+
+// TestResetRoundTrip: a reset stream carries its time and, when the
+// schema changes there, the new schema exactly (names, types,
+// nullability, metadata); a reset with more than one row is bad input.
+func TestResetRoundTrip(t *testing.T) {
+	mem := checked(t)
+	md := arrow.NewMetadata([]string{"pg.type"}, []string{"text"})
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "color", Type: arrow.BinaryTypes.String, Nullable: true, Metadata: md},
+	}, nil)
+	var buf bytes.Buffer
+	w := NewWriter(&buf, mem)
+	if err := w.WriteReset("public.t", frontier.DomainLSN, 77, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteReset("public.t", frontier.DomainLSN, 78, schema); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteReset("", frontier.DomainLSN, 1, nil); err == nil || !strings.Contains(err.Error(), "needs rtr.collection") {
+		t.Errorf("reset without a collection: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := NewReader(&buf, mem)
+	defer r.Close()
+	for i, want := range []struct {
+		at     uint64
+		schema *arrow.Schema
+	}{{77, nil}, {78, schema}} {
+		s, err := r.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Header.Kind != KindReset || s.Header.Collection != "public.t" {
+			t.Fatalf("stream %d: header %+v", i, s.Header)
+		}
+		at, got, err := s.ReadReset()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at != want.at || (got == nil) != (want.schema == nil) || got != nil && !got.Equal(want.schema) ||
+			got != nil && !got.Field(1).Metadata.Equal(md) {
+			t.Errorf("stream %d: reset at %d schema %v, want %d %v", i, at, got, want.at, want.schema)
+		}
+	}
+	if _, err := r.Next(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the resets: %v", err)
+	}
+
+	// Two rows: bad input.
+	buf.Reset()
+	w = NewWriter(&buf, mem)
+	h := Header{Kind: KindReset, Collection: "public.t", Domain: frontier.DomainLSN}
+	rec := w.buildRecord(reservedLayout(h), 2, func(b *array.RecordBuilder) {
+		b.Field(0).(*array.Uint64Builder).AppendValues([]uint64{1, 2}, nil)
+	})
+	if err := w.writeWhole(h, rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Release()
+	w.Close()
+	r = NewReader(&buf, mem)
+	defer r.Close()
+	s, err := r.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fe *FormatError
+	if _, _, err := s.ReadReset(); !errors.As(err, &fe) || !strings.Contains(err.Error(), "more than one row") {
+		t.Errorf("two-row reset: %v, want a format error", err)
+	}
+}

@@ -1,11 +1,14 @@
 package pipe
 
 import (
+	"bytes"
+	"encoding/base64"
 	"fmt"
 	"strings"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/ipc"
 
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 )
@@ -84,6 +87,8 @@ func reservedLayout(h Header) []arrow.Field {
 		return []arrow.Field{{Name: ColTime, Type: u64}, {Name: ColPartition, Type: str}, {Name: ColUpper, Type: u64}}
 	case KindError:
 		return []arrow.Field{{Name: ColTime, Type: u64}, {Name: ColMessage, Type: str}}
+	case KindReset:
+		return []arrow.Field{{Name: ColTime, Type: u64}}
 	}
 	return nil
 }
@@ -208,4 +213,31 @@ func checkType(t arrow.DataType, depth int) error {
 		return nil
 	}
 	return fmt.Errorf("type %s is not allowed in pipe version %s (dictionary, union, run-end encoded, view and extension types are not): cast the column to a plain type", t, Version)
+}
+
+// EncodeSchema serializes a schema (fields, types, nullability and
+// metadata, exactly) as base64 (standard, padded) of an Arrow IPC stream
+// holding only the schema message: the form of rtr.schema and of the
+// store's manifests.
+func EncodeSchema(s *arrow.Schema) (string, error) {
+	var buf bytes.Buffer
+	w := ipc.NewWriter(&buf, ipc.WithSchema(s))
+	if err := w.Close(); err != nil {
+		return "", fmt.Errorf("encode schema: %w", err)
+	}
+	return base64.StdEncoding.EncodeToString(buf.Bytes()), nil
+}
+
+// DecodeSchema reverses EncodeSchema.
+func DecodeSchema(s string) (*arrow.Schema, error) {
+	raw, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("decode schema: %w", err)
+	}
+	r, err := ipc.NewReader(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("decode schema: %w", err)
+	}
+	defer r.Release()
+	return r.Schema(), nil
 }

@@ -26,6 +26,13 @@ type Sink interface {
 	// Error is a definite error of collection from source time at on; the
 	// collection gets no further data, the others go on.
 	Error(collection string, at frontier.Time, msg string) error
+	// Reset says that from source time at on, collection holds only the
+	// updates handed over after this call: the updates at earlier times,
+	// and those at at handed over before it, are gone from at on. A
+	// TRUNCATE is a reset followed by nothing; a re-snapshot or a schema
+	// change one followed by the new contents at at. schema is the
+	// collection's user schema from at on, or nil when it is unchanged.
+	Reset(collection string, at frontier.Time, schema *arrow.Schema) error
 }
 
 // PipeSink is the Sink that writes the pipe format: a data stream per
@@ -94,6 +101,14 @@ func (s *PipeSink) Progress(collection string, upper frontier.Frontier) error {
 func (s *PipeSink) Error(collection string, at frontier.Time, msg string) error {
 	if err := s.W.WriteError(collection, s.Domain, at.Pos, msg); err != nil {
 		return fmt.Errorf("write error of %s: %w", collection, err)
+	}
+	return nil
+}
+
+// Reset implements Sink.
+func (s *PipeSink) Reset(collection string, at frontier.Time, schema *arrow.Schema) error {
+	if err := s.W.WriteReset(collection, s.Domain, at.Pos, schema); err != nil {
+		return fmt.Errorf("write reset of %s: %w", collection, err)
 	}
 	return nil
 }

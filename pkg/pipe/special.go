@@ -178,3 +178,29 @@ func (s *Stream) ReadError() (t uint64, msg string, err error) {
 	}
 	return t, msg, nil
 }
+
+// ReadReset reads a reset stream's time and, when rtr.schema says the
+// schema changes there, the collection's new user schema (else nil).
+func (s *Stream) ReadReset() (t uint64, schema *arrow.Schema, err error) {
+	if err := s.wantKind(KindReset, "read reset stream"); err != nil {
+		return 0, nil, err
+	}
+	rows := 0
+	err = s.each(func(rec arrow.Record, b int) error {
+		for i := 0; i < int(rec.NumRows()); i++ {
+			if rows > 0 {
+				return s.invalid(b, "", "reset stream has more than one row")
+			}
+			rows++
+			t = rec.Column(0).(*array.Uint64).Value(i)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	if rows != 1 {
+		return 0, nil, s.invalid(-1, "", "reset stream has no rows: it must hold exactly one")
+	}
+	return t, s.Header.Schema, nil
+}

@@ -230,6 +230,21 @@ func (w *Writer) WriteError(collection string, d frontier.Domain, t uint64, msg 
 	return nil
 }
 
+// WriteReset writes a whole reset stream: from time t (in domain d) on,
+// collection holds only what follows in the pipe, in schema (the user
+// columns; nil: unchanged).
+func (w *Writer) WriteReset(collection string, d frontier.Domain, t uint64, schema *arrow.Schema) error {
+	h := Header{Kind: KindReset, Collection: collection, Domain: d, Schema: schema}
+	rec := w.buildRecord(reservedLayout(h), 1, func(b *array.RecordBuilder) {
+		b.Field(0).(*array.Uint64Builder).Append(t)
+	})
+	defer rec.Release()
+	if err := w.writeWhole(h, rec); err != nil {
+		return fmt.Errorf("write reset stream: %w", err)
+	}
+	return nil
+}
+
 func (w *Writer) buildRecord(fields []arrow.Field, n int, fill func(*array.RecordBuilder)) arrow.Record {
 	b := array.NewRecordBuilder(w.mem, arrow.NewSchema(fields, nil))
 	defer b.Release()

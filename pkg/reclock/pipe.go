@@ -41,6 +41,11 @@ func (o *PipeOutput) Error(collection string, t uint64, msg string) error {
 	return o.W.WriteError(collection, frontier.DomainSystem, t, msg)
 }
 
+// Reset implements Output.
+func (o *PipeOutput) Reset(collection string, t uint64, schema *arrow.Schema) error {
+	return o.W.WriteReset(collection, frontier.DomainSystem, t, schema)
+}
+
 // Progress implements Output.
 func (o *PipeOutput) Progress(upper uint64) error {
 	if err := o.W.WriteProgress("", o.Source, frontier.Single(frontier.DomainSystem, upper)); err != nil {
@@ -86,6 +91,8 @@ func RunPipe(ctx context.Context, st *store.Store, in io.Reader, out io.Writer, 
 		prog   *frontier.Frontier
 		at     uint64
 		msg    string
+		reset  bool
+		schema *arrow.Schema
 		err    error
 	}
 	items := make(chan item)
@@ -143,6 +150,15 @@ func RunPipe(ctx context.Context, st *store.Store, in io.Reader, out io.Writer, 
 					return
 				}
 				if !send(item{stream: s, at: t, msg: msg}) {
+					return
+				}
+			case pipe.KindReset:
+				t, schema, err := s.ReadReset()
+				if err != nil {
+					send(item{err: err})
+					return
+				}
+				if !send(item{stream: s, at: t, reset: true, schema: schema}) {
 					return
 				}
 			case pipe.KindBindings:
@@ -227,6 +243,10 @@ func RunPipe(ctx context.Context, st *store.Store, in io.Reader, out io.Writer, 
 				}
 			case it.prog != nil:
 				if err := rc.SourceProgress(ctx, *it.prog); err != nil {
+					return err
+				}
+			case it.reset:
+				if err := rc.Reset(ctx, it.stream.Header.Collection, frontier.Time{Pos: it.at}, it.schema); err != nil {
 					return err
 				}
 			default:

@@ -46,6 +46,10 @@ type Output interface {
 	Data(collection string, schema *arrow.Schema, rec arrow.Record) error
 	// Error is a definite error of a collection from system time t on.
 	Error(collection string, t uint64, msg string) error
+	// Reset says that from system time t on, the collection holds only
+	// the data that follows the reset (pipe.Sink.Reset), in schema (its
+	// user columns; nil: unchanged).
+	Reset(collection string, t uint64, schema *arrow.Schema) error
 	// Progress says every collection of the source is complete below
 	// upper (system ms).
 	Progress(upper uint64) error
@@ -88,12 +92,20 @@ type heldErr struct {
 	next       bool // bind at the next binding (partitioned domains)
 }
 
+// held is a data record waiting for its binding or, when reset is set, a
+// reset: both wait in one list, so they come out in the order they came.
 type held struct {
 	collection string
+	reset      *heldReset
 	schema     *arrow.Schema // output schema: user columns + _time + _diff
 	rec        arrow.Record  // input record
 	times      *array.Uint64
 	parts      *array.String // nil for unpartitioned domains
+}
+
+type heldReset struct {
+	at     frontier.Time
+	schema *arrow.Schema
 }
 
 // New loads the source's durable bindings from st and returns a
@@ -206,6 +218,18 @@ func (r *Reclocker) Error(ctx context.Context, collection string, at frontier.Ti
 	return nil
 }
 
+// Reset takes a reset of a collection at source time at; it is released
+// at the time of the first binding beyond at, in order with the data
+// around it (the data before it at at is superseded, the data after it is
+// the new contents).
+func (r *Reclocker) Reset(ctx context.Context, collection string, at frontier.Time, schema *arrow.Schema) error {
+	if k := r.firstBeyond(at); k >= 0 {
+		return r.out.Reset(collection, r.bindings[k].Time, schema)
+	}
+	r.pending = append(r.pending, held{collection: collection, reset: &heldReset{at: at, schema: schema}})
+	return nil
+}
+
 // SourceProgress records that the source is complete below f. A binding is
 // minted now if f is beyond the last binding and the interval since the
 // last mint has passed; otherwise at a later Tick.
@@ -276,6 +300,14 @@ func (r *Reclocker) mint(ctx context.Context, wall time.Time) error {
 	k := len(r.bindings) - 1
 	var still []held
 	for _, h := range r.pending {
+		if h.reset != nil {
+			if !b.Frontier.Beyond(h.reset.at) {
+				still = append(still, h)
+			} else if err := r.out.Reset(h.collection, t, h.reset.schema); err != nil {
+				return err
+			}
+			continue
+		}
 		// Held rows are beyond no earlier binding: this one binds those
 		// its frontier is beyond.
 		switch n := countBound(h, b.Frontier); {
@@ -341,7 +373,9 @@ func (r *Reclocker) firstBeyond(t frontier.Time) int {
 // will be replayed by the source after a restart.
 func (r *Reclocker) Close() {
 	for _, h := range r.pending {
-		h.rec.Release()
+		if h.rec != nil {
+			h.rec.Release()
+		}
 	}
 	r.pending = nil
 }

@@ -73,6 +73,12 @@ func (r *recorder) Error(coll string, t uint64, msg string) error {
 	return nil
 }
 
+func (r *recorder) Reset(coll string, t uint64, schema *arrow.Schema) error {
+	r.durable(t)
+	r.events = append(r.events, fmt.Sprintf("reset %s %d %v", coll, t, schema != nil))
+	return nil
+}
+
 func (r *recorder) Progress(upper uint64) error {
 	r.events = append(r.events, fmt.Sprintf("progress %d", upper))
 	return nil
@@ -300,5 +306,58 @@ func TestDomainMismatchAfterRestart(t *testing.T) {
 	_, err = New(ctx, openStore(t, dir), "pg", frontier.DomainKafka, out, Options{})
 	if err == nil {
 		t.Fatal("a kafka reclocker on a source bound in lsn time was accepted")
+	}
+}
+
+// TestResetKeepsItsPlace: a reset is released at its binding in the order
+// it came among the data of its source time (the rows before it are the
+// ones it supersedes), and one already bound (a replay) goes out at once.
+func TestResetKeepsItsPlace(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t, t.TempDir())
+	clk := &clock{now: time.UnixMilli(2_000_000)}
+	out := &recorder{t: t, st: st, source: "pg"}
+	rc, err := New(ctx, st, "pg", frontier.DomainLSN, out, Options{Now: clk.Now, Interval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed := func(ups ...[3]int64) {
+		rec := srcRecord(t, frontier.DomainLSN, ups...)
+		defer rec.Release()
+		if err := rc.Data(ctx, "public.t", rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	feed([3]int64{1, 5, 1})
+	feed([3]int64{2, 10, 1})
+	if err := rc.Reset(ctx, "public.t", frontier.Time{Pos: 10}, nil); err != nil {
+		t.Fatal(err)
+	}
+	feed([3]int64{3, 10, 1})
+	if len(out.events) != 0 {
+		t.Fatalf("released before a binding: %v", out.events)
+	}
+	clk.now = clk.now.Add(time.Second)
+	if err := rc.SourceProgress(ctx, lsn(6)); err != nil { // binds 5, not 10
+		t.Fatal(err)
+	}
+	clk.now = clk.now.Add(time.Second)
+	if err := rc.SourceProgress(ctx, lsn(11)); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"binding 2001000 0/6", "data public.t 1 rows", "progress 2001001",
+		"binding 2002000 0/B", "data public.t 1 rows", "reset public.t 2002000 false", "data public.t 1 rows", "progress 2002001",
+	}
+	if !reflect.DeepEqual(out.events, want) {
+		t.Fatalf("events %v\nwant %v", out.events, want)
+	}
+	// A replayed reset is bound already: out at once, at its time.
+	out.events = nil
+	if err := rc.Reset(ctx, "public.t", frontier.Time{Pos: 10}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"reset public.t 2002000 false"}; !reflect.DeepEqual(out.events, want) {
+		t.Fatalf("replayed reset: %v, want %v", out.events, want)
 	}
 }

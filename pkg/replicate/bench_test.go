@@ -77,3 +77,5 @@ func BenchmarkReplicateLargeTxn(b *testing.B) {
 	b.ReportMetric(float64(sink.peakHeap.Load())/(1<<20), "peak-heap-MiB")
 	b.ReportMetric(float64(vmHWM())/1024, "peak-RSS-MiB")
 }
+
+func (s *countSink) Reset(string, frontier.Time, *arrow.Schema) error { return nil }

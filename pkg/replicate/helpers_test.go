@@ -155,6 +155,7 @@ type recSink struct {
 	progress  []frontier.LSN
 	progAt    []time.Time
 	errors    []sinkError
+	resets    []sinkError
 	changes   int
 	late      []string // rows at times below a progress already reported
 	onChange  func(coll string, rec arrow.Record)
@@ -302,4 +303,17 @@ func consolidate(us []update) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+func (s *recSink) Reset(coll string, t frontier.Time, _ *arrow.Schema) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resets = append(s.resets, sinkError{coll, frontier.LSN(t.Pos), "reset"})
+	return nil
+}
+
+func (s *recSink) resetsOf() []sinkError {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]sinkError(nil), s.resets...)
 }

@@ -62,6 +62,10 @@ func (c *kafkaCollect) Error(topic string, at frontier.Time, msg string) error {
 	return nil
 }
 
+func (c *kafkaCollect) Reset(topic string, at frontier.Time, _ *arrow.Schema) error {
+	return fmt.Errorf("kafka: unexpected reset of %s at %s:%d", topic, at.Partition, at.Pos)
+}
+
 func (c *kafkaCollect) get(topic string) frontier.Frontier {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -767,8 +767,9 @@ func (s *myStreamer) begin(t frontier.Time, gtid string) {
 	}
 }
 
-// ddl turns TRUNCATE, DROP and RENAME of a streamed table into an error of
-// that collection: their effect is not in row events.
+// ddl turns TRUNCATE of a streamed table into a reset of its collection,
+// and DROP and RENAME into an error of it: their effect is not in row
+// events.
 func (s *myStreamer) ddl(schema, q string) error {
 	m := ddlRE.FindStringSubmatch(q)
 	if m == nil || !s.inTxn {
@@ -792,7 +793,11 @@ func (s *myStreamer) ddl(schema, q string) error {
 		var msg string
 		switch verb {
 		case "TRUNCATE":
-			msg = fmt.Sprintf("%s was truncated at %s; the collection stops here: re-snapshot it", n, s.txnGTID)
+			// The table is empty from the statement's transaction on.
+			if err := sinkErr(s.sink.Reset(mt.t.QualifiedName(), s.txn, nil)); err != nil {
+				return err
+			}
+			continue
 		case "DROP":
 			msg = fmt.Sprintf("%s was dropped at %s; the collection stops here", n, s.txnGTID)
 		default:

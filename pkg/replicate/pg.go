@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -69,6 +70,12 @@ type PGConfig struct {
 	// reply requested as soon as a value arrives, so the server reports
 	// its progress at once (real-time recency waiters use it).
 	Nudge <-chan struct{}
+	// Expect, when set, gives the columns a collection is known with (its
+	// schema in the store), or nil: a relation whose first RELATION
+	// message of this stream has other column names or types changed
+	// while nobody followed it, and gets a definite error at once instead
+	// of data the collection cannot take.
+	Expect func(collection string) *arrow.Schema
 	// Mem allocates Arrow buffers; nil means memory.DefaultAllocator.
 	Mem memory.Allocator
 	// Logger logs reconnects; nil means slog.Default().
@@ -119,6 +126,7 @@ func StreamPG(ctx context.Context, cfg PGConfig, sink pipe.Sink) error {
 	})
 	s := &pgStreamer{cfg: cfg, pg: pg}
 	s.dec = newDecoder(sink, cfg.Mem, s.resolve, cfg.FlushRows, cfg.FlushBytes, cfg.StopAt)
+	s.dec.expect = cfg.Expect
 	defer s.dec.release()
 	defer s.closeCatalog()
 	return s.run(ctx)

@@ -49,6 +49,7 @@ type decoder struct {
 	sink       pipe.Sink
 	mem        memory.Allocator
 	resolve    resolveFunc
+	expect     func(collection string) *arrow.Schema
 	flushRows  int
 	flushBytes int
 	stopAt     frontier.LSN
@@ -191,13 +192,19 @@ func (d *decoder) handle(ctx context.Context, m pglogrepl.Message) error {
 		})
 	case *pglogrepl.TruncateMessage:
 		// A TRUNCATE is one message for all its relations: skip it as one.
+		// Each relation is reset at the transaction's time: what the
+		// transaction wrote to it before is handed over first, so the
+		// reset supersedes it, and what it writes after is the new content.
 		return d.dml(0, func(*relation) error {
+			if err := d.flush(); err != nil {
+				return err
+			}
 			for _, id := range m.RelationIDs {
 				r := d.rels[id]
 				if r == nil || r.stopped {
 					continue
 				}
-				if err := d.stop(r, fmt.Sprintf("%s was truncated at %s; the collection stops here: re-snapshot it", r.table.QualifiedName(), d.txnLSN)); err != nil {
+				if err := sinkErr(d.sink.Reset(r.table.QualifiedName(), frontier.Time{Pos: uint64(d.txnLSN)}, nil)); err != nil {
 					return err
 				}
 			}
@@ -290,6 +297,13 @@ func (d *decoder) relation(ctx context.Context, m *pglogrepl.RelationMessage) er
 	}
 	r := &relation{table: t}
 	d.rels[m.RelationID] = r
+	if old == nil && d.expect != nil {
+		if exp := d.expect(name); exp != nil {
+			if diff := fieldsChange(exp.Fields(), t.Fields()); diff != "" {
+				return d.stop(r, fmt.Sprintf("the columns of %s changed while it was not followed (%s), seen at %s; the collection stops here: re-snapshot it", name, diff, d.at()))
+			}
+		}
+	}
 	if ident != "full" {
 		return d.stop(r, fmt.Sprintf("replica identity of %s is %s at %s, so updates and deletes lack the old row; the collection stops here: run ALTER TABLE %s REPLICA IDENTITY FULL and re-snapshot it",
 			name, strings.ToUpper(ident), d.at(), t.QuotedName()))
@@ -313,6 +327,25 @@ func (d *decoder) at() frontier.LSN {
 		return d.txnLSN
 	}
 	return d.upper
+}
+
+// fieldsChange says how the names and types of got differ from want's,
+// or "".
+func fieldsChange(want, got []arrow.Field) string {
+	var parts []string
+	for i := 0; i < max(len(want), len(got)); i++ {
+		switch {
+		case i >= len(got):
+			parts = append(parts, "column "+want[i].Name+" is gone")
+		case i >= len(want):
+			parts = append(parts, "column "+got[i].Name+" was added")
+		case want[i].Name != got[i].Name:
+			parts = append(parts, fmt.Sprintf("column %d is %s, was %s", i+1, got[i].Name, want[i].Name))
+		case !arrow.TypeEqual(want[i].Type, got[i].Type):
+			parts = append(parts, fmt.Sprintf("column %s is %s, was %s", got[i].Name, got[i].Type, want[i].Type))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // describeChange says how cols differ from t's columns, or "" if they do

@@ -254,6 +254,10 @@ func (s *changeSink) Error(coll string, at frontier.Time, msg string) error {
 	return fmt.Errorf("definite error of %s at %d: %s", coll, at.Pos, msg)
 }
 
+func (s *changeSink) Reset(coll string, at frontier.Time, _ *arrow.Schema) error {
+	return fmt.Errorf("unexpected reset of %s at %d", coll, at.Pos)
+}
+
 // everySnapshotSink consolidates a snapshot of public.every by exactKey.
 type everySnapshotSink struct {
 	rows     map[string]int64
@@ -416,4 +420,8 @@ func TestSnapshotPlusReplicationIsExact(t *testing.T) {
 // Error implements pipe.Sink; a snapshot never reports one.
 func (s *everySnapshotSink) Error(coll string, at frontier.Time, msg string) error {
 	return fmt.Errorf("snapshot reported an error of %s at %v: %s", coll, at, msg)
+}
+
+func (s *everySnapshotSink) Reset(coll string, at frontier.Time, _ *arrow.Schema) error {
+	return fmt.Errorf("unexpected reset of %s at %d", coll, at.Pos)
 }

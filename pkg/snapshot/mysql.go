@@ -587,6 +587,12 @@ func (r *myRewinder) Error(collection string, at frontier.Time, msg string) erro
 	return fmt.Errorf("rewind %s: %w: %s", collection, ErrRewind, msg)
 }
 
+// Reset fails the rewind like an error: what the copy held before a
+// TRUNCATE in its window is unknown.
+func (r *myRewinder) Reset(collection string, at frontier.Time, _ *arrow.Schema) error {
+	return r.Error(collection, at, collection+" was reset (truncated) while it was copied")
+}
+
 func (r *myRewinder) Data(collection string, rec arrow.Record) error {
 	tb := r.tabs[collection]
 	if tb == nil || rec.NumRows() == 0 {

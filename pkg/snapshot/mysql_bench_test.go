@@ -125,3 +125,5 @@ func (s *benchSink) Data(coll string, rec arrow.Record) error {
 }
 func (s *benchSink) Progress(string, frontier.Frontier) error  { return nil }
 func (s *benchSink) Error(string, frontier.Time, string) error { return nil }
+
+func (s *benchSink) Reset(string, frontier.Time, *arrow.Schema) error { return nil }

@@ -91,6 +91,10 @@ func (s *streamRows) Error(coll string, at frontier.Time, m string) error {
 	return nil
 }
 
+func (s *streamRows) Reset(coll string, at frontier.Time, _ *arrow.Schema) error {
+	return fmt.Errorf("unexpected reset of %s at %d", coll, at.Pos)
+}
+
 func myExec(t testing.TB, conn *client.Conn, stmts ...string) {
 	t.Helper()
 	for _, q := range stmts {
@@ -331,4 +335,8 @@ func myDiffRows(a, b map[string]int64) string {
 // Error implements pipe.Sink; a snapshot never reports one.
 func (s *myRows) Error(coll string, at frontier.Time, msg string) error {
 	return fmt.Errorf("snapshot reported an error of %s at %v: %s", coll, at, msg)
+}
+
+func (s *myRows) Reset(coll string, at frontier.Time, _ *arrow.Schema) error {
+	return fmt.Errorf("unexpected reset of %s at %d", coll, at.Pos)
 }

@@ -490,3 +490,7 @@ func TestErrors(t *testing.T) {
 func (s *memSink) Error(coll string, at frontier.Time, msg string) error {
 	return fmt.Errorf("snapshot reported an error of %s at %v: %s", coll, at, msg)
 }
+
+func (s *memSink) Reset(coll string, at frontier.Time, _ *arrow.Schema) error {
+	return fmt.Errorf("unexpected reset of %s at %d", coll, at.Pos)
+}

@@ -178,3 +178,9 @@ func (r *rewinder) Error(collection string, t frontier.Time, msg string) error {
 	}
 	return fmt.Errorf("rewind %s: %w: at %s: %s", tb.name, ErrRewind, at, msg)
 }
+
+// Reset fails the rewind like an error: the rows a TRUNCATE inside the
+// snapshot removed are unknown.
+func (r *rewinder) Reset(collection string, t frontier.Time, _ *arrow.Schema) error {
+	return r.Error(collection, t, collection+" was reset (truncated) inside the snapshot")
+}

@@ -10,7 +10,9 @@ import (
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/memory"
 
+	"github.com/rtrctl/rtrctl/internal/arrowutil"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 )
@@ -37,6 +39,8 @@ type ApplyStats struct {
 	Rows, Skipped int64
 	Bindings      int
 	Errors        int
+	// Resets counts new generations (a TRUNCATE, a re-snapshot).
+	Resets int
 	// Uncommitted counts data rows after the last progress record of
 	// their collection when the pipe ended: they were not committed.
 	Uncommitted map[string]int64
@@ -53,6 +57,43 @@ type pending struct {
 	// closed is the upper of the last progress applied for this collection
 	// in this pipe (0: none yet). Data below it is a time going backwards.
 	closed uint64
+	// reset is the user schema of the last reset of this pipe with a
+	// schema, which the next data stream must have (its generation is
+	// written with the group).
+	reset *arrow.Schema
+}
+
+// dropFrom drops p's rows at times t or later.
+func (p *pending) dropFrom(t uint64) error {
+	var keep []arrow.Record
+	p.rows = 0
+	for _, rec := range p.recs {
+		times := rec.Column(int(rec.NumCols()) - 2).(*array.Uint64)
+		var rows []int
+		for i := 0; i < times.Len(); i++ {
+			if times.Value(i) < t {
+				rows = append(rows, i)
+			}
+		}
+		switch len(rows) {
+		case times.Len():
+			keep = append(keep, rec)
+		case 0:
+			rec.Release()
+		default:
+			sub, err := arrowutil.Take(rec, rows, memory.DefaultAllocator)
+			rec.Release()
+			if err != nil {
+				return err
+			}
+			keep = append(keep, sub)
+		}
+	}
+	p.recs = keep
+	for _, rec := range keep {
+		p.rows += rec.NumRows()
+	}
+	return nil
 }
 
 // ApplyPipe commits a pipe of system-time updates to the store:
@@ -66,7 +107,10 @@ type pending struct {
 //   - a bindings stream is committed to the source's remap shard at once,
 //     so bindings are durable before data at their times;
 //   - an error stream commits the collection's buffered rows up to the
-//     error's time, then records the definite error there.
+//     error's time, then records the definite error there;
+//   - a reset stream drops the collection's buffered rows at its time or
+//     later (they came before it), commits the rest up to its time and
+//     starts a new generation of the collection there.
 //
 // A pipe may replay times the store already holds (a restarted stage): the
 // replayed part must equal what is durable, and is skipped. Data at a time
@@ -220,13 +264,9 @@ func (s *Store) ApplyPipe(ctx context.Context, r *pipe.Reader, opts ApplyOptions
 				st.Bindings += len(bs)
 				return nil
 			})
-		case pipe.KindError:
-			t, msg, err := stream.ReadError()
-			if err != nil {
-				return st, fmt.Errorf("apply pipe: %w", err)
-			}
+		case pipe.KindError, pipe.KindReset:
 			if h.Domain != frontier.DomainSystem {
-				return st, fmt.Errorf("apply pipe: stream %d: error at %s time, but the store holds system times; pipe it through 'rtrctl reclock' first", stream.Index, h.Domain)
+				return st, fmt.Errorf("apply pipe: stream %d: %s of %s at %s time, but the store holds system times; pipe it through 'rtrctl reclock' first", stream.Index, h.Kind, h.Collection, h.Domain)
 			}
 			p := pend[h.Collection]
 			if p == nil {
@@ -234,7 +274,20 @@ func (s *Store) ApplyPipe(ctx context.Context, r *pipe.Reader, opts ApplyOptions
 				pend[h.Collection] = p
 				order = append(order, h.Collection)
 			}
-			op, err := s.prepareError(ctx, h.Collection, p, t, msg, &st)
+			var op func() error
+			if h.Kind == pipe.KindError {
+				t, msg, rerr := stream.ReadError()
+				if rerr != nil {
+					return st, fmt.Errorf("apply pipe: %w", rerr)
+				}
+				op, err = s.prepareError(ctx, h.Collection, p, t, msg, &st)
+			} else {
+				t, schema, rerr := stream.ReadReset()
+				if rerr != nil {
+					return st, fmt.Errorf("apply pipe: %w", rerr)
+				}
+				op, err = s.prepareReset(ctx, h.Collection, p, t, schema, &st)
+			}
 			if err != nil {
 				return st, fmt.Errorf("apply pipe: stream %d: %w", stream.Index, err)
 			}
@@ -275,6 +328,13 @@ func (s *Store) SourceCollections(ctx context.Context, source string) ([]string,
 // checkSchema compares a data stream's schema with what the pipe said
 // before and with the shard's, before anything is committed.
 func (s *Store) checkSchema(ctx context.Context, name string, p *pending, schema *arrow.Schema) error {
+	if p.schema == nil && p.reset != nil {
+		if d := fieldsDiff(pipeUserFields(schema), p.reset.Fields()); d != "" {
+			return &SchemaMismatchError{Collection: name, Detail: "the data after a reset differs from the reset's schema: " + d}
+		}
+		p.schema = schema
+		return nil
+	}
 	if p.schema != nil {
 		if d := fieldsDiff(schema.Fields(), p.schema.Fields()); d != "" {
 			return &SchemaMismatchError{Collection: name, Detail: "two data streams of this pipe differ: " + d}
@@ -394,6 +454,22 @@ func (s *Store) prepareError(ctx context.Context, name string, p *pending, t uin
 		}
 	}
 	p.closed = t + 1
+	return s.then(ctx, commit, name, func(sh *Shard) error {
+		expected := sh.Upper()
+		if t < expected {
+			expected = t
+		}
+		if _, err := sh.AppendError(ctx, expected, t+1, msg); err != nil {
+			return err
+		}
+		st.Errors++
+		return nil
+	}), nil
+}
+
+// then is the operation that runs commit (when not nil), then fn on the
+// refreshed shard of collection name.
+func (s *Store) then(ctx context.Context, commit func() error, name string, fn func(sh *Shard) error) func() error {
 	return func() error {
 		if commit != nil {
 			if err := commit(); err != nil {
@@ -404,16 +480,49 @@ func (s *Store) prepareError(ctx context.Context, name string, p *pending, t uin
 		if err != nil {
 			return err
 		}
-		expected := sh.Upper()
-		if t < expected {
-			expected = t
-		}
-		if _, err := sh.AppendError(ctx, expected, t+1, msg); err != nil {
+		if err := sh.Refresh(ctx); err != nil {
 			return err
 		}
-		st.Errors++
+		return fn(sh)
+	}
+}
+
+// prepareReset returns the operation that commits p's rows below t, then
+// starts a new generation of collection name at t in schema (nil: the
+// schema in force before t). p's rows at t or later came before the
+// reset: they are superseded and dropped.
+func (s *Store) prepareReset(ctx context.Context, name string, p *pending, t uint64, schema *arrow.Schema, st *ApplyStats) (func() error, error) {
+	if t < p.closed {
+		return nil, fmt.Errorf("reset of %s at %d, but this pipe already said %s was complete up to %d (times went backwards)", name, t, name, p.closed)
+	}
+	if err := p.dropFrom(t); err != nil {
+		return nil, err
+	}
+	var commit func() error
+	if t > p.closed || p.rows > 0 {
+		if p.schema == nil && schema != nil {
+			p.schema = schema // a collection that begins with a reset
+		}
+		var err error
+		if commit, err = s.prepareCommit(ctx, name, p, t, st); err != nil {
+			return nil, err
+		}
+	}
+	p.closed = t
+	if schema != nil {
+		p.schema, p.reset = nil, schema
+	}
+	return s.then(ctx, commit, name, func(sh *Shard) error {
+		g := schema
+		if g == nil {
+			g = sh.SchemaAt(t)
+		}
+		if _, err := sh.NewGeneration(ctx, t, g); err != nil {
+			return err
+		}
+		st.Resets++
 		return nil
-	}, nil
+	}), nil
 }
 
 func (s *Store) applyBindings(ctx context.Context, source string, bs []frontier.Binding) error {

@@ -2,7 +2,6 @@ package store
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -10,9 +9,9 @@ import (
 	"strings"
 
 	"github.com/apache/arrow/go/v17/arrow"
-	"github.com/apache/arrow/go/v17/arrow/ipc"
 
 	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/pipe"
 )
 
 // FormatVersion is the version of the store format this package writes
@@ -270,30 +269,12 @@ func slicesClone[T any](s []T) []T {
 	return append([]T(nil), s...)
 }
 
-// encodeSchema serializes a schema as base64 of an IPC stream with only
-// the schema message.
-func encodeSchema(s *arrow.Schema) (string, error) {
-	var buf bytes.Buffer
-	w := ipc.NewWriter(&buf, ipc.WithSchema(s))
-	if err := w.Close(); err != nil {
-		return "", fmt.Errorf("encode schema: %w", err)
-	}
-	return base64.StdEncoding.EncodeToString(buf.Bytes()), nil
-}
-
-// decodeSchema reverses encodeSchema.
-func decodeSchema(s string) (*arrow.Schema, error) {
-	raw, err := base64.StdEncoding.DecodeString(s)
-	if err != nil {
-		return nil, fmt.Errorf("decode schema: %w", err)
-	}
-	r, err := ipc.NewReader(bytes.NewReader(raw))
-	if err != nil {
-		return nil, fmt.Errorf("decode schema: %w", err)
-	}
-	defer r.Release()
-	return r.Schema(), nil
-}
+// encodeSchema and decodeSchema are the pipe format's schema encoding
+// (rtr.schema): base64 of an IPC stream with only the schema message.
+var (
+	encodeSchema = pipe.EncodeSchema
+	decodeSchema = pipe.DecodeSchema
+)
 
 func columnInfos(s *arrow.Schema) []ColumnInfo {
 	out := make([]ColumnInfo, 0, s.NumFields())
