@@ -102,10 +102,17 @@ type pgFixture struct {
 	h    *pgHarness
 	dsn  string
 	conn *pgx.Conn // the writer's
+	// slot, when set, is the ingest's --slot (else the ingest's default
+	// rtr_<source-id>_<store id>).
+	slot string
 }
 
 func (f *pgFixture) IngestArgs(dir, source string) []string {
-	return []string{"ingest", "--source", "pg", "--dsn", f.dsn, "--publication", "rtr", "--store", dir, "--source-id", source}
+	args := []string{"ingest", "--source", "pg", "--dsn", f.dsn, "--publication", "rtr", "--store", dir, "--source-id", source}
+	if f.slot != "" {
+		args = append(args, "--slot", f.slot)
+	}
+	return args
 }
 
 func (f *pgFixture) Layout(source string) ingesttest.Layout {
@@ -213,8 +220,12 @@ func (f *pgFixture) Acked(t *testing.T, source string) map[string]frontier.Front
 		t.Fatal(err)
 	}
 	defer c.Close(context.Background())
+	pattern := "rtr_" + source + "%"
+	if f.slot != "" {
+		pattern = f.slot
+	}
 	var s *string
-	err = c.QueryRow(ctxT(t), "SELECT max(confirmed_flush_lsn)::text FROM pg_replication_slots WHERE database = current_database() AND slot_name LIKE $1", "rtr_"+source+"%").Scan(&s)
+	err = c.QueryRow(ctxT(t), "SELECT max(confirmed_flush_lsn)::text FROM pg_replication_slots WHERE database = current_database() AND slot_name LIKE $1", pattern).Scan(&s)
 	if err != nil {
 		t.Fatal(err)
 	}
