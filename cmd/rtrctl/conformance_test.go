@@ -102,10 +102,17 @@ type pgFixture struct {
 	h    *pgHarness
 	dsn  string
 	conn *pgx.Conn // the writer's
+	// slot, when set, is the ingest's --slot (else the ingest's default
+	// rtr_<source-id>_<store id>).
+	slot string
 }
 
 func (f *pgFixture) IngestArgs(dir, source string) []string {
-	return []string{"ingest", "--source", "pg", "--dsn", f.dsn, "--publication", "rtr", "--store", dir, "--source-id", source}
+	args := []string{"ingest", "--source", "pg", "--dsn", f.dsn, "--publication", "rtr", "--store", dir, "--source-id", source}
+	if f.slot != "" {
+		args = append(args, "--slot", f.slot)
+	}
+	return args
 }
 
 func (f *pgFixture) Layout(source string) ingesttest.Layout {
@@ -128,12 +135,12 @@ func (f *pgFixture) Apply(ctx context.Context, sets []ingesttest.Set) ([]ingestt
 			return err
 		}
 		for _, s := range sets {
-			tag, err := tx.Exec(ctx, "UPDATE "+strings.TrimPrefix(s.Coll, "public.")+" SET balance = $1 WHERE id = $2", s.Balance, s.ID)
+			tag, err := tx.Exec(ctx, bankSQL(strings.TrimPrefix(s.Coll, "public."), s))
 			if err != nil {
 				return err
 			}
 			if tag.RowsAffected() != 1 {
-				return fmt.Errorf("update %s %s: %d rows", s.Coll, s.ID, tag.RowsAffected())
+				return fmt.Errorf("%s %s %s: %d rows", s.Op, s.Coll, s.ID, tag.RowsAffected())
 			}
 		}
 		return nil
@@ -151,6 +158,18 @@ func (f *pgFixture) Apply(ctx context.Context, sets []ingesttest.Set) ([]ingestt
 		return nil, fmt.Errorf("parse lsn %q %q", lo, hi)
 	}
 	return []ingesttest.Pos{{Lo: uint64(l), Hi: uint64(u) - 1}}, nil
+}
+
+// bankSQL is the statement of one set on table (PostgreSQL and MariaDB
+// alike; the id and balance are the suite's numbers, written literally).
+func bankSQL(table string, s ingesttest.Set) string {
+	switch s.Op {
+	case ingesttest.Insert:
+		return fmt.Sprintf("INSERT INTO %s (id, balance) VALUES (%s, %d)", table, s.ID, s.Balance)
+	case ingesttest.Delete:
+		return fmt.Sprintf("DELETE FROM %s WHERE id = %s", table, s.ID)
+	}
+	return fmt.Sprintf("UPDATE %s SET balance = %d WHERE id = %s", table, s.Balance, s.ID)
 }
 
 func (f *pgFixture) Read(ctx context.Context) (ingesttest.State, error) {
@@ -201,8 +220,12 @@ func (f *pgFixture) Acked(t *testing.T, source string) map[string]frontier.Front
 		t.Fatal(err)
 	}
 	defer c.Close(context.Background())
+	pattern := "rtr_" + source + "%"
+	if f.slot != "" {
+		pattern = f.slot
+	}
 	var s *string
-	err = c.QueryRow(ctxT(t), "SELECT max(confirmed_flush_lsn)::text FROM pg_replication_slots WHERE database = current_database() AND slot_name LIKE $1", "rtr_"+source+"%").Scan(&s)
+	err = c.QueryRow(ctxT(t), "SELECT max(confirmed_flush_lsn)::text FROM pg_replication_slots WHERE database = current_database() AND slot_name LIKE $1", pattern).Scan(&s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +282,13 @@ func (h *myHarness) New(t *testing.T) ingesttest.Fixture {
 		d.exec(t, fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, balance bigint NOT NULL)", c),
 			fmt.Sprintf("INSERT INTO %s VALUES %s", c, strings.Join(vals, ",")))
 	}
-	return &myFixture{h: h, db: d.name}
+	f := &myFixture{h: h, db: d.name}
+	t.Cleanup(func() {
+		if f.conn != nil {
+			f.conn.Close()
+		}
+	})
+	return f
 }
 
 type myFixture struct {
@@ -288,7 +317,7 @@ func (f *myFixture) Apply(ctx context.Context, sets []ingesttest.Set) ([]ingestt
 	}
 	qs := []string{"BEGIN"}
 	for _, s := range sets {
-		qs = append(qs, fmt.Sprintf("UPDATE %s SET balance = %d WHERE id = %s", strings.TrimPrefix(s.Coll, f.db+"."), s.Balance, s.ID))
+		qs = append(qs, bankSQL(strings.TrimPrefix(s.Coll, f.db+"."), s))
 	}
 	qs = append(qs, "COMMIT", "SELECT @@last_gtid")
 	var gtid string
@@ -299,7 +328,7 @@ func (f *myFixture) Apply(ctx context.Context, sets []ingesttest.Set) ([]ingestt
 			f.conn = nil
 			return nil, fmt.Errorf("%s: %w", q, err)
 		}
-		if strings.HasPrefix(q, "UPDATE") && r.AffectedRows != 1 {
+		if q != "BEGIN" && q != "COMMIT" && !strings.HasPrefix(q, "SELECT") && r.AffectedRows != 1 {
 			return nil, fmt.Errorf("%s: %d rows", q, r.AffectedRows)
 		}
 		if strings.HasPrefix(q, "SELECT") {
@@ -510,7 +539,11 @@ func (f *kafkaFixture) Caps() ingesttest.Caps { return ingesttest.Caps{Acks: tru
 func (f *kafkaFixture) Apply(ctx context.Context, sets []ingesttest.Set) ([]ingesttest.Pos, error) {
 	var pos []ingesttest.Pos
 	for _, s := range sets {
-		r, err := f.cl.ProduceSync(ctx, &kgo.Record{Topic: s.Coll, Key: []byte(s.ID), Value: []byte(strconv.FormatInt(s.Balance, 10))}).First()
+		rec := &kgo.Record{Topic: s.Coll, Key: []byte(s.ID), Value: []byte(strconv.FormatInt(s.Balance, 10))}
+		if s.Op == ingesttest.Delete {
+			rec.Value = nil // a tombstone
+		}
+		r, err := f.cl.ProduceSync(ctx, rec).First()
 		if err != nil {
 			return nil, err
 		}
@@ -567,7 +600,9 @@ func (f *kafkaFixture) Read(ctx context.Context) (ingesttest.State, error) {
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			next[r.Topic] = r.Offset + 1
-			if n, err := strconv.ParseInt(string(r.Value), 10, 64); err == nil {
+			if r.Value == nil {
+				delete(out[r.Topic], string(r.Key))
+			} else if n, err := strconv.ParseInt(string(r.Value), 10, 64); err == nil {
 				out[r.Topic][string(r.Key)] = n
 			}
 		})

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/client"
 
+	"github.com/rtrctl/rtrctl/internal/ingesttest"
 	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/ingest"
@@ -74,236 +74,20 @@ func (d *myDB) upstream(t *testing.T) frontier.Frontier {
 	return f
 }
 
-// rows reads a table as row text -> 1, formatted as the store's rows.
-func (d *myDB) rows(t *testing.T, table string, cols []string) map[string]int64 {
-	t.Helper()
-	r, err := d.conn.Execute(fmt.Sprintf("SELECT %s FROM %s", strings.Join(cols, ", "), table))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	for i := range r.RowNumber() {
-		vals := make([]string, len(cols))
-		for j := range cols {
-			vals[j], _ = r.GetString(i, j)
-		}
-		out[strings.Join(vals, "|")]++
-	}
-	return out
-}
-
-// myBankSetup creates the bank-and-orders tables in d.
-func myBankSetup(t *testing.T, d *myDB) []collSpec {
-	d.exec(t,
-		"CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL)",
-		"CREATE TABLE orders (id bigint PRIMARY KEY, nlines int NOT NULL, customer varchar(40) NOT NULL)",
-		"CREATE TABLE order_lines (order_id bigint, line int, amount int NOT NULL, PRIMARY KEY (order_id, line))")
-	var acc, ord, lines []string
-	for i := 1; i <= bankAccounts; i++ {
-		acc = append(acc, fmt.Sprintf("(%d, %d)", i, bankStart))
-	}
-	for o := 1; o <= 300; o++ {
-		ord = append(ord, fmt.Sprintf("(%d, 3, 'c%d')", o, o))
-		for l := 1; l <= 3; l++ {
-			lines = append(lines, fmt.Sprintf("(%d, %d, %d)", o, l, o*l))
-		}
-	}
-	d.exec(t, "INSERT INTO accounts VALUES "+strings.Join(acc, ","),
-		"INSERT INTO orders VALUES "+strings.Join(ord, ","),
-		"INSERT INTO order_lines VALUES "+strings.Join(lines, ","))
-	return []collSpec{
-		{d.name + ".accounts", 1, []string{"id", "balance"}},
-		{d.name + ".order_lines", 2, []string{"order_id", "line", "amount"}},
-		{d.name + ".orders", 1, []string{"id", "nlines", "customer"}},
-	}
-}
-
-// myBankWriter runs the bank workload of ingest_helpers_test.go on MariaDB.
-type myBankWriter struct {
-	stop context.CancelFunc
-	done chan struct{}
-	err  error
-	txns int
-}
-
-func startMyBankWriter(t *testing.T, d *myDB, pause time.Duration) *myBankWriter {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	conn := d.connect(t)
-	w := &myBankWriter{stop: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		var orders []int64
-		for i := int64(1); i <= 300; i++ {
-			orders = append(orders, i)
-		}
-		next := int64(1000)
-		rng := rand.New(rand.NewPCG(3, uint64(time.Now().UnixNano())))
-		for ctx.Err() == nil {
-			var qs []string
-			switch r := rng.IntN(100); {
-			case r < 55:
-				a, b := 1+rng.IntN(bankAccounts), 1+rng.IntN(bankAccounts)
-				amt := 1 + rng.IntN(50)
-				qs = []string{fmt.Sprintf("UPDATE accounts SET balance = balance - %d WHERE id = %d", amt, a),
-					fmt.Sprintf("UPDATE accounts SET balance = balance + %d WHERE id = %d", amt, b)}
-			case r < 85:
-				next++
-				n := 1 + rng.IntN(5)
-				qs = []string{fmt.Sprintf("INSERT INTO orders VALUES (%d, %d, 'c%d')", next, n, next)}
-				var ls []string
-				for l := 1; l <= n; l++ {
-					ls = append(ls, fmt.Sprintf("(%d, %d, %d)", next, l, l*7))
-				}
-				qs = append(qs, "INSERT INTO order_lines VALUES "+strings.Join(ls, ","))
-				orders = append(orders, next)
-			case r < 93 && len(orders) > 0:
-				o := orders[rng.IntN(len(orders))]
-				qs = []string{fmt.Sprintf("INSERT INTO order_lines SELECT %d, max(line) + 1, 1 FROM order_lines WHERE order_id = %d", o, o),
-					fmt.Sprintf("UPDATE orders SET nlines = nlines + 1 WHERE id = %d", o)}
-			case len(orders) > 0:
-				i := rng.IntN(len(orders))
-				o := orders[i]
-				orders = append(orders[:i], orders[i+1:]...)
-				qs = []string{fmt.Sprintf("DELETE FROM order_lines WHERE order_id = %d", o), fmt.Sprintf("DELETE FROM orders WHERE id = %d", o)}
-			}
-			qs = append(append([]string{"BEGIN"}, qs...), "COMMIT")
-			for _, q := range qs {
-				if _, err := conn.Execute(q); err != nil {
-					if ctx.Err() == nil {
-						w.err = fmt.Errorf("%s: %w", q, err)
-					}
-					return
-				}
-			}
-			w.txns++
-			select {
-			case <-ctx.Done():
-			case <-time.After(pause):
-			}
-		}
-	}()
-	t.Cleanup(func() { w.stop(); <-w.done })
-	return w
-}
-
-func (w *myBankWriter) halt(t *testing.T) {
-	t.Helper()
-	w.stop()
-	<-w.done
-	if w.err != nil {
-		t.Fatalf("writer: %v", w.err)
-	}
-}
-
-// myBankChecks are bankChecks with the collections renamed.
-func myBankChecks(db string) walkOpts {
-	o := bankChecks()
-	inner := o.onChange
-	o.onChange = func(coll string, vals []string, diff int64) {
-		inner("public."+strings.TrimPrefix(coll, db+"."), vals, diff)
-	}
-	return o
-}
-
-// myCaughtUp waits until the store's bindings cover the upstream position
-// and every collection is durable past that binding.
-func myCaughtUp(t *testing.T, d *myDB, dir, source string, specs []collSpec) {
-	t.Helper()
-	up := d.upstream(t)
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		st, err := store.Open(ctxT(t), dir, store.Options{MustExist: true})
-		if err == nil {
-			bs, _, err := st.Bindings(ctxT(t), source)
-			if err == nil {
-				k := sort.Search(len(bs), func(i int) bool { return bs[i].Frontier.Covers(up) })
-				if k < len(bs) {
-					ok := true
-					for _, s := range specs {
-						sh, err := st.Shard(ctxT(t), s.name)
-						if err != nil || sh.Refresh(ctxT(t)) != nil || sh.Upper() <= bs[k].Time {
-							ok = false
-						}
-					}
-					if ok {
-						return
-					}
-				}
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("ingest did not catch up with %s", up)
-}
-
-// TestMySQLIngestKillLoop SIGKILLs a MariaDB ingest at random moments
-// (20 times, fewer than the PostgreSQL loop's 36 to keep the run short)
-// while the bank-and-orders writer runs: every binding time is
-// transactionally consistent with no row twice, times bound before keep
-// their contents, and at the end the store equals the tables.
+// TestMySQLIngestKillLoop is the suite's kill loop (check 4, with checks
+// 2 and 5) at length on MariaDB: 20 SIGKILLs (fewer than the PostgreSQL
+// loop's 36 to keep the run short), the first three during or right after
+// the snapshot, a snapshot on two connections, background compaction and
+// one at the end.
 func TestMySQLIngestKillLoop(t *testing.T) {
-	m := testenv.SharedMariaDB(t)
-	d := newMyDB(t, m)
-	specs := myBankSetup(t, d)
-	dir := t.TempDir() + "/store"
-	writer := startMyBankWriter(t, d, 3*time.Millisecond)
-	var tables []string
-	for _, s := range specs {
-		tables = append(tables, s.name)
-	}
-	args := []string{"ingest", "--source", "mysql", "--dsn", m.URL(), "--tables", strings.Join(tables, ","),
-		"--store", dir, "--interval", "50ms", "--compact-every", "1s", "--parallel", "2"}
-	seen := map[uint64]string{}
-	const kills = 20
+	h := &myHarness{m: testenv.SharedMariaDB(t)}
 	start := time.Now()
-	var walked int
-	for k := range kills {
-		p := startProc(t, nil, args...)
-		dur := time.Duration(30+rand.IntN(1200)) * time.Millisecond
-		if k < 3 {
-			waitLog(t, p, "msg=snapshot ", "msg=resume ")
-			dur = time.Duration(rand.IntN(60)) * time.Millisecond
-		}
-		time.Sleep(dur)
-		p.kill(t)
-		if writer.err != nil {
-			t.Fatalf("writer: %v", writer.err)
-		}
-		w := walkStore(t, dir, "mysql", specs, withAsOf(myBankChecks(d.name), func(i, n int) bool { return i == n-1 || i%97 == 0 }))
-		walked += len(w.readable)
-		for tm, h := range seen {
-			if got, ok := w.hashes[tm]; !ok || got != h {
-				t.Fatalf("kill %d: the contents at time %d changed or vanished after a restart (%q, was %q)", k, tm, got, h)
-			}
-		}
-		for tm, h := range w.hashes {
-			seen[tm] = h
-		}
-		t.Logf("kill %d after %s: %d bindings, %d readable", k, dur, len(w.bindings), len(w.readable))
-	}
-	loop := time.Since(start)
-	p := startProc(t, nil, args...)
-	writer.halt(t)
-	myCaughtUp(t, d, dir, "mysql", specs)
-	p.signal(syscall.SIGTERM)
-	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("final ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.bytes())
-	}
-	w := walkStore(t, dir, "mysql", specs, withAsOf(myBankChecks(d.name), func(i, n int) bool { return i == n-1 }))
-	for tm, h := range seen {
-		if w.hashes[tm] != h {
-			t.Fatalf("at the end: the contents at time %d changed", tm)
-		}
-	}
-	for _, s := range specs {
-		want := d.rows(t, s.name, s.cols)
-		if got := w.last[s.name].rows; !equalRows(got, want) {
-			t.Errorf("%s: the store at the end differs from SELECT: %s", s.name, rowsDiff(got, want))
-		}
-	}
-	t.Logf("%d kills in %s, %d writer transactions, %d binding times checked across kills, %d at the end",
-		kills, loop.Round(time.Millisecond), writer.txns, walked, len(w.readable))
+	r := ingesttest.KillLoop(t, h, h.New(t), ingesttest.KillOptions{
+		Source: "mysql", Kills: 20, Early: 3, MinRun: 30 * time.Millisecond, MaxRun: 1230 * time.Millisecond,
+		Args: []string{"--interval", "50ms", "--compact-every", "1s", "--parallel", "2"}, Compact: true,
+	})
+	t.Logf("%d kills in %s, %d writer transactions, %d binding reads compared across kills, %d bindings checked at the end",
+		r.Kills, time.Since(start).Round(time.Millisecond), r.Txns, r.Reads, r.Times.Bindings)
 }
 
 // startMyIngest runs ingest.RunMySQL in-process until the test ends.
@@ -536,58 +320,39 @@ func readKinds(t *testing.T, data string) map[string]int {
 // rewound to the first binding's GTID position, so both tables' time 0
 // is the same moment and the end equals the tables.
 func TestMySQLIngestResnapshot(t *testing.T) {
-	m := testenv.SharedMariaDB(t)
-	d := newMyDB(t, m)
-	d.exec(t, "CREATE TABLE a (id int PRIMARY KEY, v int)", "CREATE TABLE b (id int PRIMARY KEY, v int)",
-		"INSERT INTO a VALUES (1, 1), (2, 2)", "INSERT INTO b VALUES (1, 10), (2, 20)")
-	specs := []collSpec{{d.name + ".a", 1, []string{"id", "v"}}, {d.name + ".b", 1, []string{"id", "v"}}}
+	fx := (&myHarness{m: testenv.SharedMariaDB(t)}).New(t)
+	const source = "mysql"
+	lay := fx.Layout(source)
+	a, b := lay.Collections()[0], lay.Collections()[1]
 	dir := t.TempDir() + "/store"
-	args := []string{"ingest", "--source", "mysql", "--dsn", m.URL(), "--tables", d.name + ".a," + d.name + ".b", "--store", dir, "--interval", "20ms"}
-	p := startProc(t, []string{"RTR_FAULT_EXIT_AFTER_COMMIT=" + d.name + ".a"}, args...)
+	args := append(fx.IngestArgs(dir, source), "--interval", "20ms")
+	p := startProc(t, []string{"RTR_FAULT_EXIT_AFTER_COMMIT=" + a}, args...)
 	if code := p.wait(t, 30*time.Second); code != 137 {
 		t.Fatalf("exit %d, want 137\n%s", code, p.stderr.bytes())
 	}
-	// Time 0 must be the tables as they were before these changes.
-	d.exec(t, "UPDATE b SET v = 21 WHERE id = 2", "DELETE FROM b WHERE id = 1", "INSERT INTO b VALUES (3, 30)", "UPDATE a SET v = 9 WHERE id = 1")
+	// Time 0 must be the tables as they were before these changes: of b
+	// an update, an insert and a delete (4 row events: an update is two).
+	log := bankLog(lay)
+	applyLogged(t, fx, log, ingesttest.Set{Coll: a, ID: "1", Balance: 900}, ingesttest.Set{Coll: b, ID: "2", Balance: 1100})
+	applyLogged(t, fx, log, ingesttest.Set{Coll: a, ID: "2", Balance: 950}, ingesttest.Set{Coll: b, ID: "9", Balance: 50, Op: ingesttest.Insert})
+	applyLogged(t, fx, log, ingesttest.Set{Coll: a, ID: "3", Balance: 2000}, ingesttest.Set{Coll: b, ID: "1", Op: ingesttest.Delete})
 	p = startProc(t, nil, args...)
-	myCaughtUp(t, d, dir, "mysql", specs)
+	ingesttest.WaitEqual(t, fx, dir, lay, binProc{p}, 60*time.Second)
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("exit %d\n%s", code, p.stderr.bytes())
 	}
 	if !strings.Contains(string(p.stderr.bytes()), "rewound=4") {
-		t.Fatalf("the second snapshot did not rewind 4 updates (an update is two):\n%s", p.stderr.bytes())
+		t.Fatalf("the second snapshot did not rewind 4 row events:\n%s", p.stderr.bytes())
 	}
-	st, err := store.Open(ctxT(t), dir, store.Options{MustExist: true})
+	_, s0, err := ingesttest.FirstBinding(ctxT(t), dir, lay.Sources[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	bs, _, err := st.Bindings(ctxT(t), "mysql")
-	if err != nil {
-		t.Fatal(err)
+	if d := ingesttest.Diff(s0, ingesttest.InitialState(lay.Collections())); d != "" {
+		t.Fatalf("time 0 is not the tables before the changes: %s", d)
 	}
-	for _, c := range []struct {
-		coll string
-		want map[string]int64
-	}{{d.name + ".a", map[string]int64{"1|1": 1, "2|2": 1}}, {d.name + ".b", map[string]int64{"1|10": 1, "2|20": 1}}} {
-		sh, err := st.Shard(ctxT(t), c.coll)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := readAsOf(ctxT(t), sh, bs[0].Time)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !equalRows(got, c.want) {
-			t.Fatalf("%s at the first binding: %s", c.coll, rowsDiff(got, c.want))
-		}
-	}
-	w := walkStore(t, dir, "mysql", specs, walkOpts{})
-	for _, s := range specs {
-		if want := d.rows(t, s.name, s.cols); !equalRows(w.last[s.name].rows, want) {
-			t.Errorf("%s at the end: %s", s.name, rowsDiff(w.last[s.name].rows, want))
-		}
-	}
+	checkTimes(t, dir, lay, log)
 }
 
 func TestParseStopAt(t *testing.T) {

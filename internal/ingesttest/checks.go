@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
+	"strings"
 
+	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 
 	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/store"
 )
 
@@ -97,29 +101,167 @@ func readAccounts(ctx context.Context, sh *store.Shard, t uint64) (map[string]in
 		return nil, fmt.Errorf("read %s as of %d: %w", sh.Name(), t, err)
 	}
 	defer rec.Release()
+	rows, err := bankRows(sh.Name(), rec)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, r := range rows {
+		if r.diff != 1 {
+			return nil, fmt.Errorf("%s as of %d: row %s|%s has multiplicity %d", sh.Name(), t, r.id, r.balance, r.diff)
+		}
+		if err := addAccount(out, r.id, r.balance); err != nil {
+			return nil, fmt.Errorf("%s as of %d: %w", sh.Name(), t, err)
+		}
+	}
+	return out, nil
+}
+
+// addAccount adds account id with balance (text) to rows, once.
+func addAccount(rows map[string]int64, id, balance string) error {
+	if _, dup := rows[id]; dup {
+		return fmt.Errorf("account %s present twice", id)
+	}
+	n, err := strconv.ParseInt(balance, 10, 64)
+	if err != nil {
+		return fmt.Errorf("account %s: balance %q: %w", id, balance, err)
+	}
+	rows[id] = n
+	return nil
+}
+
+// bankRow is one update of a bank collection as the store holds it.
+type bankRow struct {
+	id, balance string
+	time        uint64 // 0 when the record has no _time
+	diff        int64
+}
+
+// bankRows are rec's updates: the first column is the account id, the
+// second the balance, then _time (in changes) and _diff.
+func bankRows(coll string, rec arrow.Record) ([]bankRow, error) {
+	var times *array.Uint64
 	var diffs *array.Int64
 	for i, f := range rec.Schema().Fields() {
-		if f.Name == "_diff" {
+		switch f.Name {
+		case pipe.ColTime:
+			times, _ = rec.Column(i).(*array.Uint64)
+		case pipe.ColDiff:
 			diffs, _ = rec.Column(i).(*array.Int64)
 		}
 	}
 	if diffs == nil || rec.NumCols() < 3 {
-		return nil, fmt.Errorf("read %s: want id and balance columns and _diff, have %s", sh.Name(), rec.Schema())
+		return nil, fmt.Errorf("read %s: want id and balance columns and _diff, have %s", coll, rec.Schema())
 	}
-	out := map[string]int64{}
-	for i := 0; i < int(rec.NumRows()); i++ {
-		id, bal := rec.Column(0).ValueStr(i), rec.Column(1).ValueStr(i)
-		if d := diffs.Value(i); d != 1 {
-			return nil, fmt.Errorf("%s as of %d: row %s|%s has multiplicity %d", sh.Name(), t, id, bal, d)
+	out := make([]bankRow, rec.NumRows())
+	for i := range out {
+		out[i] = bankRow{id: rec.Column(0).ValueStr(i), balance: rec.Column(1).ValueStr(i), diff: diffs.Value(i)}
+		if times != nil {
+			out[i].time = times.Value(i)
 		}
-		if _, dup := out[id]; dup {
-			return nil, fmt.Errorf("%s as of %d: account %s present twice", sh.Name(), t, id)
-		}
-		n, err := strconv.ParseInt(bal, 10, 64)
+	}
+	return out, nil
+}
+
+// replay is a source's collections rebuilt from the store's updates
+// rather than read as of a time: every collection as of its since, then
+// its changes up to the last readable binding, applied in time order.
+type replay struct {
+	src     *sourceStore
+	updates []replayed
+	next    int
+	rows    map[string]map[string]int64 // collection -> "id|balance" -> multiplicity
+}
+
+type replayed struct {
+	coll string
+	bankRow
+}
+
+// newReplay reads the source's updates up to time last, checking that
+// every change sits at a binding time.
+func newReplay(ctx context.Context, src *sourceStore, last uint64) (*replay, error) {
+	r := &replay{src: src, rows: map[string]map[string]int64{}}
+	times := map[uint64]bool{}
+	for _, b := range src.bindings {
+		times[b.Time] = true
+	}
+	for c, sh := range src.shards {
+		r.rows[c] = map[string]int64{}
+		base, err := sh.ReadAsOf(ctx, sh.Since())
 		if err != nil {
-			return nil, fmt.Errorf("%s as of %d: account %s: balance %q: %w", sh.Name(), t, id, bal, err)
+			return nil, fmt.Errorf("read %s as of its since %d: %w", c, sh.Since(), err)
 		}
-		out[id] = n
+		rows, err := bankRows(c, base)
+		base.Release()
+		if err != nil {
+			return nil, err
+		}
+		for _, row := range rows {
+			row.time = sh.Since()
+			r.updates = append(r.updates, replayed{c, row})
+		}
+		rec, err := sh.Changes(ctx, sh.Since(), last)
+		if err != nil {
+			return nil, fmt.Errorf("changes of %s up to %d: %w", c, last, err)
+		}
+		rows, err = bankRows(c, rec)
+		rec.Release()
+		if err != nil {
+			return nil, err
+		}
+		for _, row := range rows {
+			if !times[row.time] {
+				return nil, fmt.Errorf("%s has an update at %d, which is no binding time of source %s", c, row.time, src.id)
+			}
+			r.updates = append(r.updates, replayed{c, row})
+		}
+	}
+	sort.SliceStable(r.updates, func(i, j int) bool { return r.updates[i].time < r.updates[j].time })
+	return r, nil
+}
+
+// read is the contents as of binding time t (never decreasing from one
+// call to the next) replayed; with asOf they are also read as of t, which
+// must agree.
+func (r *replay) read(ctx context.Context, t uint64, asOf bool) (State, error) {
+	s, err := r.at(t)
+	if err != nil || !asOf {
+		return s, err
+	}
+	got, err := r.src.stateAt(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	if d := Diff(got, s); d != "" {
+		return nil, fmt.Errorf("the contents read as of %d differ from the collections' since and changes replayed: %s", t, d)
+	}
+	return got, nil
+}
+
+// at applies the updates up to t (t never decreasing from one call to
+// the next) and returns the contents, checking that every row is there
+// once.
+func (r *replay) at(t uint64) (State, error) {
+	for ; r.next < len(r.updates) && r.updates[r.next].time <= t; r.next++ {
+		u := r.updates[r.next]
+		row := u.id + "|" + u.balance
+		if r.rows[u.coll][row] += u.diff; r.rows[u.coll][row] == 0 {
+			delete(r.rows[u.coll], row)
+		}
+	}
+	out := State{}
+	for c, rows := range r.rows {
+		out[c] = map[string]int64{}
+		for row, m := range rows {
+			id, bal, _ := strings.Cut(row, "|")
+			if m != 1 {
+				return nil, fmt.Errorf("%s replayed to %d: row %s has multiplicity %d", c, t, row, m)
+			}
+			if err := addAccount(out[c], id, bal); err != nil {
+				return nil, fmt.Errorf("%s replayed to %d: %w", c, t, err)
+			}
+		}
 	}
 	return out, nil
 }
@@ -145,7 +287,9 @@ type TimesReport struct {
 // that the binding's frontier allows (every unit surely below it in,
 // every unit surely not below it out), the prefix never shrinking from
 // one binding to the next; with an atomic layout the bank's sum holds at
-// every time.
+// every time. The contents read as of a binding's time are also the
+// collections rebuilt from their since and changes, every row once, and
+// every change sits at a binding time.
 func CheckTimes(ctx context.Context, dir string, lay Layout, log *Log) (TimesReport, error) {
 	rep := TimesReport{Reached: map[string]int{}, Units: map[string]int{}}
 	st, err := openStore(ctx, dir)
@@ -186,15 +330,21 @@ func CheckTimes(ctx context.Context, dir string, lay Layout, log *Log) (TimesRep
 				if old, ok := model[s.Coll][s.ID]; ok {
 					h -= rowHash(s.Coll, s.ID, old)
 				}
-				model[s.Coll][s.ID] = s.Balance
-				h += rowHash(s.Coll, s.ID, s.Balance)
+				model.apply(s)
+				if s.Op != Delete {
+					h += rowHash(s.Coll, s.ID, s.Balance)
+				}
 			}
 			hashes = append(hashes, h)
 		}
 		prev := 0
 		first := src.bindings[0].Time
+		rp, err := newReplay(ctx, src, src.readable[len(src.readable)-1].Time)
+		if err != nil {
+			return rep, fmt.Errorf("source %s: %w", sc.ID, err)
+		}
 		for i, b := range src.readable {
-			got, err := src.stateAt(ctx, b.Time)
+			got, err := rp.read(ctx, b.Time, true)
 			if err != nil {
 				return rep, fmt.Errorf("source %s binding %d: %w", sc.ID, i, err)
 			}
@@ -258,7 +408,7 @@ func prefixState(initial State, units []step, colls []string, n int) State {
 	for _, u := range units[:min(n, len(units))] {
 		for _, set := range u.sets {
 			if s[set.Coll] != nil {
-				s[set.Coll][set.ID] = set.Balance
+				s.apply(set)
 			}
 		}
 	}
@@ -296,7 +446,9 @@ func Latest(ctx context.Context, dir string, lay Layout) (State, error) {
 // time -> hash of the source's collections.
 type Reads map[string]map[uint64]uint64
 
-// RecordReads reads every readable binding time of every source.
+// RecordReads reads every readable binding time of every source: from its
+// since and changes replayed, and as of the time for the last one and
+// every 97th (CheckTimes reads every one both ways).
 func RecordReads(ctx context.Context, dir string, lay Layout) (Reads, error) {
 	st, err := openStore(ctx, dir)
 	if errors.Is(err, store.ErrNoStore) {
@@ -315,10 +467,17 @@ func RecordReads(ctx context.Context, dir string, lay Layout) (Reads, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, b := range src.readable {
-			s, err := src.stateAt(ctx, b.Time)
+		if len(src.readable) == 0 {
+			continue
+		}
+		rp, err := newReplay(ctx, src, src.readable[len(src.readable)-1].Time)
+		if err != nil {
+			return nil, fmt.Errorf("source %s: %w", sc.ID, err)
+		}
+		for i, b := range src.readable {
+			s, err := rp.read(ctx, b.Time, i == len(src.readable)-1 || i%97 == 0)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("source %s binding %d: %w", sc.ID, i, err)
 			}
 			out[sc.ID][b.Time] = hashState(s)
 		}

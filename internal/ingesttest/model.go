@@ -7,7 +7,9 @@
 //
 // The upstream is a bank: every collection maps an account id to a
 // balance, and every transaction moves an amount between two accounts
-// (possibly of two collections), so the sum of balances is constant. The
+// (possibly of two collections), opens an account with money from
+// another or closes one into another, so the sum of balances is constant
+// while rows are updated, inserted and deleted. The
 // suite's writer keeps a Log of the committed transactions, with where
 // each sits in source time; the checks compare a store with the Log and
 // return an error describing what is wrong, so that a test can also
@@ -86,10 +88,42 @@ func Diff(got, want State) string {
 	return strings.Join(d, "; ")
 }
 
-// Set is one account's new balance.
+// Set is one account's new balance, or its removal.
 type Set struct {
 	Coll, ID string
 	Balance  int64
+	// Op is the write: an update of an existing account (the zero
+	// value), the insert of a new one, or its delete (Balance unused).
+	Op Op
+}
+
+// Op is what a Set does to its account's row.
+type Op int
+
+// The writes of a Set.
+const (
+	Update Op = iota
+	Insert
+	Delete
+)
+
+func (o Op) String() string {
+	switch o {
+	case Insert:
+		return "insert"
+	case Delete:
+		return "delete"
+	}
+	return "update"
+}
+
+// apply makes set's write in s.
+func (s State) apply(set Set) {
+	if set.Op == Delete {
+		delete(s[set.Coll], set.ID)
+		return
+	}
+	s[set.Coll][set.ID] = set.Balance
 }
 
 // Txn is a committed upstream transaction: the balances it set, in the
@@ -156,7 +190,7 @@ func (l *Log) Current() State {
 	s, txns := l.Read()
 	for _, tx := range txns {
 		for _, set := range tx.Sets {
-			s[set.Coll][set.ID] = set.Balance
+			s.apply(set)
 		}
 	}
 	return s

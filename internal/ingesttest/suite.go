@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -107,8 +108,8 @@ func InitialState(colls []string) State {
 	return s
 }
 
-// Writer runs bank transfers against a fixture and logs the committed
-// ones.
+// Writer runs bank transactions (transfers, accounts opened and closed)
+// against a fixture and logs the committed ones.
 type Writer struct {
 	Log        *Log
 	stop       context.CancelFunc
@@ -121,13 +122,14 @@ type Writer struct {
 
 // WriterOptions configure StartWriter.
 type WriterOptions struct {
-	// Collections the transfers touch (default: all of the log).
+	// Collections the transactions touch (default: all of the log).
 	Collections []string
 	// Pause between transactions.
 	Pause time.Duration
 }
 
-// StartWriter starts transfers on fx, logging them in log, until Halt.
+// StartWriter starts bank transactions on fx, logging them in log, until
+// Halt.
 func StartWriter(t *testing.T, fx Fixture, log *Log, o WriterOptions) *Writer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -143,15 +145,15 @@ func StartWriter(t *testing.T, fx Fixture, log *Log, o WriterOptions) *Writer {
 		defer close(w.done)
 		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
 		model := log.Current()
-		for ctx.Err() == nil {
-			a := Set{Coll: colls[rng.IntN(len(colls))], ID: fmt.Sprint(1 + rng.IntN(Accounts))}
-			b := a
-			for b == a {
-				b = Set{Coll: colls[rng.IntN(len(colls))], ID: fmt.Sprint(1 + rng.IntN(Accounts))}
+		next := map[string]int{} // the next new account id, per collection
+		for c, rows := range model {
+			for id := range rows {
+				n, _ := strconv.Atoi(id)
+				next[c] = max(next[c], n+1)
 			}
-			amt := int64(1 + rng.IntN(50))
-			a.Balance, b.Balance = model[a.Coll][a.ID]-amt, model[b.Coll][b.ID]+amt
-			sets := []Set{a, b}
+		}
+		for ctx.Err() == nil {
+			sets := transaction(rng, model, colls, next)
 			// A transaction once begun is seen through (stopping the
 			// writer must not leave a write unlogged): not ctx.
 			wctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -163,7 +165,9 @@ func StartWriter(t *testing.T, fx Fixture, log *Log, o WriterOptions) *Writer {
 				w.failures++
 				w.mu.Unlock()
 				after := model.Clone()
-				after[a.Coll][a.ID], after[b.Coll][b.ID] = a.Balance, b.Balance
+				for _, s := range sets {
+					after.apply(s)
+				}
 				var now State
 				for deadline := time.Now().Add(2 * time.Minute); ; {
 					var rerr error
@@ -207,7 +211,9 @@ func StartWriter(t *testing.T, fx Fixture, log *Log, o WriterOptions) *Writer {
 			if pos == nil {
 				continue
 			}
-			model[a.Coll][a.ID], model[b.Coll][b.ID] = a.Balance, b.Balance
+			for _, s := range sets {
+				model.apply(s)
+			}
 			log.Append(Txn{Sets: sets, Pos: pos})
 			if o.Pause > 0 {
 				select {
@@ -219,6 +225,43 @@ func StartWriter(t *testing.T, fx Fixture, log *Log, o WriterOptions) *Writer {
 	}()
 	t.Cleanup(func() { w.stop(); <-w.done })
 	return w
+}
+
+// transaction draws the writer's next transaction on model, among the
+// accounts of colls: mostly a transfer between two accounts, else an
+// account opened (id next[coll]) with money from another, or one closed
+// into another, each collection keeping between Accounts/2 and
+// 2*Accounts accounts.
+func transaction(rng *rand.Rand, model State, colls []string, next map[string]int) []Set {
+	var all []Set // every account, with its balance
+	for _, c := range colls {
+		ids := make([]string, 0, len(model[c]))
+		for id := range model[c] {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			all = append(all, Set{Coll: c, ID: id, Balance: model[c][id]})
+		}
+	}
+	a := all[rng.IntN(len(all))]
+	b := a
+	for b == a {
+		b = all[rng.IntN(len(all))]
+	}
+	amt := int64(1 + rng.IntN(50))
+	switch r := rng.IntN(100); {
+	case r < 15 && len(model[b.Coll]) < 2*Accounts:
+		id := strconv.Itoa(next[b.Coll])
+		next[b.Coll]++
+		a.Balance -= amt
+		return []Set{a, {Coll: b.Coll, ID: id, Balance: amt, Op: Insert}}
+	case r < 30 && len(model[a.Coll]) > Accounts/2:
+		b.Balance += a.Balance
+		return []Set{b, {Coll: a.Coll, ID: a.ID, Op: Delete}}
+	}
+	a.Balance, b.Balance = a.Balance-amt, b.Balance+amt
+	return []Set{a, b}
 }
 
 func (w *Writer) setErr(err error) {
@@ -417,46 +460,81 @@ func testSnapshot(t *testing.T, h Harness, fx Fixture) {
 // check 2 on the result, check 5 (ownership refusal) and check 7 (the
 // acknowledgement never passes the durable frontier) while it runs.
 func testKill(t *testing.T, h Harness, fx Fixture) {
-	const source = "conf"
-	lay := fx.Layout(source)
-	log := newLog(fx, source)
-	dir := filepath.Join(t.TempDir(), "store")
-	args := append(fx.IngestArgs(dir, source), "--interval", "20ms", "--compact-every", "0")
+	r := KillLoop(t, h, fx, KillOptions{})
+	t.Logf("check 4: %d SIGKILLs under %d transactions, %d binding reads identical across them; check 2: %d bindings, prefixes %v of %v; check 5: refused; check 7: %d acknowledgements compared (%d samples)",
+		r.Kills, r.Txns, r.Reads, r.Times.Bindings, r.Times.Reached, r.Times.Units, r.AckCompared, r.AckSamples)
+}
+
+// KillOptions shape a KillLoop.
+type KillOptions struct {
+	// Source is the ingest's source id (default "conf").
+	Source string
+	// Kills is the number of SIGKILLs (default 4).
+	Kills int
+	// Early is how many of the first kills come while the snapshot runs
+	// or just after it: once the ingest logs "msg=snapshot " or
+	// "msg=resume ", within 80 ms.
+	Early int
+	// MinRun and MaxRun bound how long the other runs last before their
+	// kill (default 300 ms and 1.2 s).
+	MinRun, MaxRun time.Duration
+	// Args are added to the fixture's ingest arguments (default
+	// --interval 20ms --compact-every 0).
+	Args []string
+	// Compact compacts the store after the last run, which must leave
+	// every read the same.
+	Compact bool
+	// AfterKill, if set, runs after kill k (from 0) with the store's
+	// directory; BeforeStop once the last run has caught up with the
+	// upstream, before its SIGTERM.
+	AfterKill  func(k int, dir string)
+	BeforeStop func(dir string)
+}
+
+// KillReport is what a KillLoop checked.
+type KillReport struct {
+	Dir   string
+	Kills int
+	// Txns is the number of committed transactions, Reads the binding
+	// reads compared across the kills.
+	Txns, Reads int
+	Times       TimesReport
+	// AckSamples and AckCompared count check 7's samples and those that
+	// compared an acknowledgement with a durable frontier.
+	AckSamples, AckCompared int
+}
+
+// KillLoop is check 4: ingests of fx, each SIGKILLed at a random moment
+// while a writer runs; after every kill every binding read before reads
+// the same (and check 7 holds). The last run takes three seconds (a Kafka
+// --group commits every two), refuses a second ingest of the store with
+// another source id (check 5), catches up with the upstream once the
+// writer stopped (contents and durable frontier) and ends with SIGTERM
+// and exit 0. Then check 2 holds over every binding and the store equals
+// the upstream.
+func KillLoop(t *testing.T, h Harness, fx Fixture, o KillOptions) KillReport {
+	t.Helper()
+	if o.Source == "" {
+		o.Source = "conf"
+	}
+	if o.Kills == 0 {
+		o.Kills = 4
+	}
+	if o.MinRun == 0 && o.MaxRun == 0 {
+		o.MinRun, o.MaxRun = 300*time.Millisecond, 1200*time.Millisecond
+	}
+	if o.Args == nil {
+		o.Args = []string{"--interval", "20ms", "--compact-every", "0"}
+	}
+	lay := fx.Layout(o.Source)
+	log := newLog(fx, o.Source)
+	rep := KillReport{Dir: filepath.Join(t.TempDir(), "store"), Kills: o.Kills}
+	dir := rep.Dir
+	args := append(fx.IngestArgs(dir, o.Source), o.Args...)
 	w := StartWriter(t, fx, log, WriterOptions{Pause: 3 * time.Millisecond})
 	seen := Reads{}
-	var ackSamples, ackCompared int
-	const kills = 4
-	for k := 0; k <= kills; k++ {
-		p := h.Run(t, nil, args...)
-		run := time.Duration(300+rand.IntN(900)) * time.Millisecond
-		if k == kills {
-			run = 3 * time.Second // a Kafka --group commits every 2 s
-		}
-		until := time.Now().Add(run)
-		for time.Now().Before(until) {
-			if fx.Caps().Acks {
-				ackSamples++
-				if checkAck(t, fx, dir, lay) {
-					ackCompared++
-				}
-			}
-			time.Sleep(30 * time.Millisecond)
-		}
-		if k == kills {
-			// Check 5 against the running ingest, then catch up.
-			other := h.Run(t, nil, fx.IngestArgs(dir, "intruder")...)
-			if code := other.Wait(t); code == 0 || !strings.Contains(other.Stderr(), "belongs to source") {
-				t.Errorf("check 5: a second ingest with another source id: exit %d, stderr:\n%s", code, other.Stderr())
-			}
-			w.Halt(t)
-			took := WaitEqual(t, fx, dir, lay, p, 90*time.Second)
-			if code := p.Stop(t); code != 0 {
-				t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.Stderr())
-			}
-			t.Logf("caught up %s after the writer stopped", took.Round(time.Millisecond))
-		} else {
-			p.Kill(t)
-		}
+	compare := func(what string) {
+		t.Helper()
 		if err := w.Err(); err != nil {
 			t.Fatalf("writer: %v", err)
 		}
@@ -465,11 +543,66 @@ func testKill(t *testing.T, h Harness, fx Fixture) {
 			t.Fatal(err)
 		}
 		if err := CompareReads(seen, now); err != nil {
-			t.Fatalf("check 4 after kill %d: %v", k, err)
+			t.Fatalf("check 4 %s: %v", what, err)
 		}
 		seen = now
 	}
-	rep := checkTimes(t, dir, lay, log)
+	sampleAck := func() {
+		if fx.Caps().Acks {
+			rep.AckSamples++
+			if checkAck(t, fx, dir, lay, o.Source) {
+				rep.AckCompared++
+			}
+		}
+	}
+	for k := 0; k < o.Kills; k++ {
+		p := h.Run(t, nil, args...)
+		run := o.MinRun + rand.N(o.MaxRun-o.MinRun+1)
+		if k < o.Early {
+			waitStderr(t, p, "msg=snapshot ", "msg=resume ")
+			run = rand.N(80 * time.Millisecond)
+		}
+		for until := time.Now().Add(run); time.Now().Before(until); time.Sleep(30 * time.Millisecond) {
+			sampleAck()
+		}
+		p.Kill(t)
+		sampleAck()
+		compare(fmt.Sprintf("after kill %d", k))
+		if o.AfterKill != nil {
+			o.AfterKill(k, dir)
+		}
+	}
+	// The last run: check 5 against it, then catch up and stop.
+	p := h.Run(t, nil, args...)
+	for until := time.Now().Add(3 * time.Second); time.Now().Before(until); time.Sleep(30 * time.Millisecond) {
+		sampleAck()
+	}
+	other := h.Run(t, nil, fx.IngestArgs(dir, "intruder")...)
+	if code := other.Wait(t); code == 0 || !strings.Contains(other.Stderr(), "belongs to source") {
+		t.Errorf("check 5: a second ingest with another source id: exit %d, stderr:\n%s", code, other.Stderr())
+	}
+	w.Halt(t)
+	took := WaitEqual(t, fx, dir, lay, p, 90*time.Second)
+	WaitEqualLog(t, dir, lay, log, p, 30*time.Second)
+	if o.BeforeStop != nil {
+		o.BeforeStop(dir)
+	}
+	if code := p.Stop(t); code != 0 {
+		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.Stderr())
+	}
+	t.Logf("caught up %s after the writer stopped", took.Round(time.Millisecond))
+	compare("after the last run")
+	if o.Compact {
+		st, err := openStore(t.Context(), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Compact(t.Context()); err != nil {
+			t.Fatalf("compact: %v", err)
+		}
+		compare("after compaction")
+	}
+	rep.Times = checkTimes(t, dir, lay, log)
 	want, err := fx.Read(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -481,23 +614,40 @@ func testKill(t *testing.T, h Harness, fx Fixture) {
 	if d := Diff(got, want); d != "" {
 		t.Errorf("at the end the store differs from the upstream: %s", d)
 	}
-	n := 0
 	for _, ts := range seen {
-		n += len(ts)
+		rep.Reads += len(ts)
 	}
-	t.Logf("check 4: %d SIGKILLs under %d transactions, %d binding reads identical across them; check 2: %d bindings, prefixes %v of %v; check 5: refused; check 7: %d acknowledgements compared (%d samples)",
-		kills, log.Len(), n, rep.Bindings, rep.Reached, rep.Units, ackCompared, ackSamples)
-	if fx.Caps().Acks && ackCompared == 0 {
+	rep.Txns = log.Len()
+	if fx.Caps().Acks && rep.AckCompared == 0 {
 		t.Errorf("check 7: no acknowledgement was ever compared")
+	}
+	return rep
+}
+
+// waitStderr waits until p logs one of the strings.
+func waitStderr(t *testing.T, p Proc, any ...string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		stderr := p.Stderr()
+		for _, s := range any {
+			if strings.Contains(stderr, s) {
+				return
+			}
+		}
+		if p.Exited() || time.Now().After(deadline) {
+			t.Fatalf("the ingest did not log any of %q\nstderr:\n%s", any, tail(stderr))
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 
 // checkAck samples check 7 once: the acknowledgement, then the durable
 // frontier (which only grows), must cover it. It reports whether a
 // comparison was made (there is a durable binding and an acknowledgement).
-func checkAck(t *testing.T, fx Fixture, dir string, lay Layout) bool {
+func checkAck(t *testing.T, fx Fixture, dir string, lay Layout, source string) bool {
 	t.Helper()
-	acked := fx.Acked(t, "conf")
+	acked := fx.Acked(t, source)
 	compared := false
 	for _, sc := range lay.Sources {
 		a, ok := acked[sc.ID]
