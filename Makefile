@@ -37,6 +37,8 @@ services-down:
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzParseFrontier -fuzztime 30s ./pkg/frontier
 	$(GO) test -run XXX -fuzz FuzzReader -fuzztime 30s ./pkg/pipe
+	$(GO) test -run XXX -fuzz FuzzCollectionName -fuzztime 30s ./pkg/pgarrow
+	$(GO) test -run XXX -fuzz FuzzCollectionName -fuzztime 30s ./pkg/myarrow
 
 bench: deps build
 	@scripts/bench.sh

@@ -43,7 +43,7 @@ Examples:
   rtrctl snapshot --source pg --dsn postgres://app@127.0.0.1/app --publication rtr --slot rtr_app > snap.arrow
   rtrctl snapshot --source pg --publication rtr --slot rtr_app --tables public.orders,items --parallel 4`,
 		Flags: append(sourceFlags("snapshot"),
-			&cli.StringSliceFlag{Name: "tables", Usage: "tables to snapshot, comma-separated (default: every table of the publication; mysql: db.table, required)"},
+			&cli.StringSliceFlag{Name: "tables", KeepSpace: true, Usage: `tables to snapshot, comma-separated, named as SQL names them (pg: public.orders,public."RelMix"; default: every table of the publication; mysql: db.table, required)`},
 			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "connections copying at once; large tables are split into ctid ranges"},
 			&cli.DurationFlag{Name: "progress-interval", Value: 5 * time.Second, Usage: "how often to log progress when stderr is not a terminal"},
 		),

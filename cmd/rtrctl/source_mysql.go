@@ -41,7 +41,10 @@ func init() {
 		snapshot:  snapshotMySQLAction,
 		replicate: replicateMySQLAction,
 		ingest: func(c *cli.Context, u sourceUpstream) (ingest.Source, error) {
-			tables := splitList(c.String("tables"))
+			tables, err := myTables(c.String("tables"))
+			if err != nil {
+				return nil, err
+			}
 			if len(tables) == 0 {
 				return nil, usagef("pass --tables db.t1,db.t2", "no --tables given")
 			}
@@ -90,7 +93,11 @@ func parseStopAt(s string) (frontier.Frontier, error) {
 
 // snapshotMySQLAction runs 'rtrctl snapshot --source mysql'.
 func snapshotMySQLAction(c *cli.Context, u sourceUpstream) error {
-	cfg := snapshot.MySQLConfig{Upstream: u.(mysqlUpstream).my, Tables: splitList(c.StringSlice("tables")...), Parallel: c.Int("parallel"), Source: "mysql"}
+	tables, err := myTables(c.StringSlice("tables")...)
+	if err != nil {
+		return err
+	}
+	cfg := snapshot.MySQLConfig{Upstream: u.(mysqlUpstream).my, Tables: tables, Parallel: c.Int("parallel"), Source: "mysql"}
 	if len(cfg.Tables) == 0 {
 		return usagef("pass --tables db.t1,db.t2", "no --tables given")
 	}
@@ -136,7 +143,11 @@ func runSnapshotMySQL(ctx context.Context, w, e io.Writer, cfg snapshot.MySQLCon
 
 // replicateMySQLAction runs 'rtrctl replicate --source mysql'.
 func replicateMySQLAction(c *cli.Context, u sourceUpstream) error {
-	cfg := replicate.MySQLConfig{Upstream: u.(mysqlUpstream).my, Tables: splitList(c.String("tables")), Start: c.String("start-gtid"), Source: "mysql"}
+	tables, err := myTables(c.String("tables"))
+	if err != nil {
+		return err
+	}
+	cfg := replicate.MySQLConfig{Upstream: u.(mysqlUpstream).my, Tables: tables, Start: c.String("start-gtid"), Source: "mysql"}
 	if c.String("source-id") != "" {
 		cfg.Source = c.String("source-id")
 	}

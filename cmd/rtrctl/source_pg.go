@@ -50,9 +50,13 @@ func init() {
 			if c.String("publication") == "" {
 				return nil, usagef("pass --publication NAME (CREATE PUBLICATION rtr FOR TABLE ...)", "no --publication given")
 			}
+			tables, err := pgTables(c.String("tables"))
+			if err != nil {
+				return nil, err
+			}
 			return ingest.NewPG(ingest.PGConfig{
 				Upstream: u.(pgUpstream).pg, Publication: c.String("publication"), Slot: c.String("slot"),
-				Tables: splitList(c.String("tables")), Parallel: c.Int("parallel"), Source: sourceID(c, "pg"),
+				Tables: tables, Parallel: c.Int("parallel"), Source: sourceID(c, "pg"),
 			}), nil
 		},
 		recorded:     recordedVia(upstream.ParsePostgres, probe.NewPostgres),
@@ -76,13 +80,17 @@ func sourceID(c *cli.Context, def string) string {
 }
 
 func snapshotPGAction(c *cli.Context, u sourceUpstream) error {
+	tables, err := pgTables(c.StringSlice("tables")...)
+	if err != nil {
+		return err
+	}
 	opts := snapshotOptions{
 		cfg: snapshot.Config{
 			Upstream:    u.(pgUpstream).pg,
 			Publication: c.String("publication"),
 			Slot:        c.String("slot"),
 			Parallel:    c.Int("parallel"),
-			Tables:      splitList(c.StringSlice("tables")...),
+			Tables:      tables,
 		},
 		progressEvery: c.Duration("progress-interval"),
 		stderr:        c.App.ErrWriter,

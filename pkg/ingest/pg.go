@@ -44,7 +44,8 @@ type PGConfig struct {
 	// Slot is the permanent logical replication slot; default: the slot
 	// the store recorded for Source, else DefaultSlot(Store, Source).
 	Slot string
-	// Tables to ingest (schema.table); empty means every table of the
+	// Tables to ingest, as pgarrow.ParseTableName reads them (orders,
+	// public.orders, public."RelMix"); empty means every table of the
 	// publication.
 	Tables []string
 	// Parallel snapshot connections.
@@ -204,35 +205,51 @@ func (p *PG) Nudge(string) {
 // Close implements Source.
 func (p *PG) Close() error { return nil }
 
-// resolveTables loads the tables to ingest.
+// resolveTables loads the tables to ingest: those named (as
+// pgarrow.ParseTableName reads them), or every table of the publication,
+// by its exact schema and name. A table named twice is loaded once.
 func resolveTables(ctx context.Context, up *upstream.Postgres, publication string, tables []string) ([]*pgarrow.Table, error) {
 	conn, err := up.Connect(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close(context.Background())
+	var names []pgarrow.TableName
 	if len(tables) == 0 {
-		rows, err := conn.Query(ctx, "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1", publication)
+		rows, err := conn.Query(ctx, "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1, 2", publication)
 		if err != nil {
 			return nil, fmt.Errorf("list tables of publication %s: %w", publication, err)
 		}
-		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		names, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (n pgarrow.TableName, err error) {
+			err = r.Scan(&n.Schema, &n.Name)
+			return n, err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("list tables of publication %s: %w", publication, err)
 		}
 		if len(names) == 0 {
 			return nil, hint.Wrap(fmt.Errorf("publication %q has no tables, or does not exist", publication),
-				fmt.Sprintf("create it with: CREATE PUBLICATION %s FOR TABLE schema.table, ...", publication))
+				fmt.Sprintf("create it with: CREATE PUBLICATION %s FOR TABLE schema.table, ...", pgarrow.QuoteIdent(publication)))
 		}
-		tables = names
+	}
+	for _, t := range tables {
+		n, err := pgarrow.ParseTableName(t)
+		if err != nil {
+			return nil, fmt.Errorf("resolve tables: %w", err)
+		}
+		names = append(names, n)
 	}
 	var out []*pgarrow.Table
-	for _, t := range tables {
-		tab, err := pgarrow.LoadTable(ctx, conn, t)
+	seen := map[uint32]bool{}
+	for _, n := range names {
+		tab, err := pgarrow.LoadTableByName(ctx, conn, n)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, tab)
+		if !seen[tab.OID] {
+			seen[tab.OID] = true
+			out = append(out, tab)
+		}
 	}
 	return out, nil
 }

@@ -7,24 +7,6 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 )
 
-func TestParseName(t *testing.T) {
-	for in, want := range map[string][2]string{
-		"shop.orders":        {"shop", "orders"},
-		"`sh.op`.`or``ders`": {"sh.op", "or`ders"},
-		" a.b ":              {"a", "b"},
-	} {
-		db, tb, err := ParseName(in)
-		if err != nil || db != want[0] || tb != want[1] {
-			t.Errorf("%q: %q %q %v", in, db, tb, err)
-		}
-	}
-	for _, bad := range []string{"orders", "a.b.c", ".b", "a.", "`a.b", ""} {
-		if _, _, err := ParseName(bad); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-}
-
 func TestValueList(t *testing.T) {
 	got, err := parseValueList(`enum('a','b''c','d,e','')`)
 	if err != nil || len(got) != 4 || got[1] != "b'c" || got[2] != "d,e" || got[3] != "" {

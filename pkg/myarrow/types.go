@@ -13,6 +13,8 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/rtrctl/rtrctl/internal/hint"
 )
 
 // MetaType is the Arrow field metadata key holding a column's MySQL type
@@ -75,8 +77,9 @@ type Table struct {
 	Rows   int64
 }
 
-// QualifiedName is db.table, the collection name.
-func (t *Table) QualifiedName() string { return t.Schema + "." + t.Name }
+// QualifiedName is the table's collection name, CollectionName(Schema,
+// Name): shop.orders, shop.`a.b`.
+func (t *Table) QualifiedName() string { return CollectionName(t.Schema, t.Name) }
 
 // SQL is `db`.`table`, quoted.
 func (t *Table) SQL() string { return QuoteIdent(t.Schema) + "." + QuoteIdent(t.Name) }
@@ -115,80 +118,44 @@ func (t *Table) SelectList() string {
 	return strings.Join(parts, ", ")
 }
 
-// ParseName splits db.table (backticks allowed around either part).
-func ParseName(s string) (db, table string, err error) {
-	s = strings.TrimSpace(s)
-	var parts []string
-	for s != "" {
-		var p string
-		if strings.HasPrefix(s, "`") {
-			end := -1
-			for i := 1; i < len(s); i++ {
-				if s[i] == '`' {
-					if i+1 < len(s) && s[i+1] == '`' {
-						i++
-						continue
-					}
-					end = i
-					break
-				}
-			}
-			if end < 0 {
-				return "", "", fmt.Errorf("parse table name %q: unterminated backtick", s)
-			}
-			p = strings.ReplaceAll(s[1:end], "``", "`")
-			s = s[end+1:]
-		} else {
-			i := strings.IndexByte(s, '.')
-			if i < 0 {
-				i = len(s)
-			}
-			p = s[:i]
-			s = s[i:]
-		}
-		parts = append(parts, p)
-		if s == "" {
-			break
-		}
-		if s[0] != '.' {
-			return "", "", fmt.Errorf("parse table name: want db.table, got %q", s)
-		}
-		s = s[1:]
-		if s == "" {
-			return "", "", fmt.Errorf("parse table name: empty table name")
-		}
-	}
-	if len(parts) != 2 || parts[0] == "" || parts[1] == "" {
-		return "", "", fmt.Errorf("parse table name: want db.table (e.g. shop.orders), got %d part(s)", len(parts))
-	}
-	return parts[0], parts[1], nil
-}
-
 // ErrNoTable is wrapped when a table does not exist.
 var ErrNoTable = fmt.Errorf("no such table")
 
-// LoadTable describes db.table from information_schema.
+// whereTable selects the rows of one table in information_schema: the
+// plain equalities let the server look the table up directly, the binary
+// ones make the match exact where a case-insensitive collation of
+// information_schema would also match RelMix for relmix.
+const whereTable = `TABLE_SCHEMA = ? AND TABLE_NAME = ?
+	AND CAST(TABLE_SCHEMA AS BINARY) = CAST(? AS BINARY) AND CAST(TABLE_NAME AS BINARY) = CAST(? AS BINARY)`
+
+// LoadTable describes the table named exactly db.table (no case folding)
+// from information_schema.
 func LoadTable(ctx context.Context, conn *client.Conn, db, table string) (*Table, error) {
-	r, err := conn.Execute(`SELECT TABLE_TYPE, IFNULL(ENGINE, ''), IFNULL(TABLE_ROWS, 0) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`, db, table)
+	name := CollectionName(db, table)
+	r, err := conn.Execute(`SELECT TABLE_TYPE, IFNULL(ENGINE, ''), IFNULL(TABLE_ROWS, 0) FROM information_schema.TABLES WHERE `+whereTable, db, table, db, table)
 	if err != nil {
-		return nil, fmt.Errorf("describe %s.%s: %w", db, table, err)
+		return nil, fmt.Errorf("describe %s: %w", name, err)
 	}
 	if r.RowNumber() == 0 {
-		return nil, fmt.Errorf("describe %s.%s: %w", db, table, ErrNoTable)
+		h := "name the table as db.table exactly as SHOW TABLES prints it, e.g. shop.orders, with backticks around a part with dots, spaces or other characters: shop.`order lines`"
+		if near := nearMisses(conn, db, table); len(near) > 0 {
+			h = fmt.Sprintf("names are compared exactly; did you mean %s?", strings.Join(near, " or "))
+		}
+		return nil, hint.Wrap(fmt.Errorf("describe %s: %w", name, ErrNoTable), h)
 	}
 	t := &Table{Schema: db, Name: table}
 	typ, _ := r.GetString(0, 0)
 	if typ != "BASE TABLE" && typ != "SYSTEM VERSIONED" {
-		return nil, fmt.Errorf("describe %s.%s: it is a %s, not a table", db, table, strings.ToLower(typ))
+		return nil, fmt.Errorf("describe %s: it is a %s, not a table", name, strings.ToLower(typ))
 	}
 	t.Engine, _ = r.GetString(0, 1)
 	t.Rows, _ = r.GetInt(0, 2)
 	r, err = conn.Execute(`SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE,
 		IFNULL(NUMERIC_PRECISION, 0), IFNULL(NUMERIC_SCALE, 0), IFNULL(CHARACTER_SET_NAME, ''),
 		IFNULL(CHARACTER_OCTET_LENGTH, 0), IFNULL(EXTRA, '')
-		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, db, table)
+		FROM information_schema.COLUMNS WHERE `+whereTable+` ORDER BY ORDINAL_POSITION`, db, table, db, table)
 	if err != nil {
-		return nil, fmt.Errorf("describe %s.%s: %w", db, table, err)
+		return nil, fmt.Errorf("describe %s: %w", name, err)
 	}
 	for i := range r.RowNumber() {
 		var c Column
@@ -203,17 +170,17 @@ func LoadTable(ctx context.Context, conn *client.Conn, db, table string) (*Table
 		octets, _ := r.GetInt(i, 7)
 		extra, _ := r.GetString(i, 8)
 		if strings.Contains(strings.ToUpper(extra), "VIRTUAL") {
-			return nil, fmt.Errorf("describe %s.%s: column %s is a virtual generated column, which rtrctl does not support", db, table, c.Name)
+			return nil, fmt.Errorf("describe %s: column %s is a virtual generated column, which rtrctl does not support", name, c.Name)
 		}
 		if err := c.resolve(int(prec), int(scale), cs, int(octets)); err != nil {
-			return nil, fmt.Errorf("describe %s.%s: %w", db, table, err)
+			return nil, fmt.Errorf("describe %s: %w", name, err)
 		}
 		t.Columns = append(t.Columns, c)
 	}
 	r, err = conn.Execute(`SELECT COLUMN_NAME FROM information_schema.STATISTICS
-		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX`, db, table)
+		WHERE `+whereTable+` AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX`, db, table, db, table)
 	if err != nil {
-		return nil, fmt.Errorf("describe %s.%s: %w", db, table, err)
+		return nil, fmt.Errorf("describe %s: %w", name, err)
 	}
 	for i := range r.RowNumber() {
 		name, _ := r.GetString(i, 0)
@@ -224,6 +191,23 @@ func LoadTable(ctx context.Context, conn *client.Conn, db, table string) (*Table
 		}
 	}
 	return t, nil
+}
+
+// nearMisses lists the tables whose names differ from db.table in case
+// only.
+func nearMisses(conn *client.Conn, db, table string) []string {
+	r, err := conn.Execute(`SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES
+		WHERE LOWER(TABLE_SCHEMA) = LOWER(?) AND LOWER(TABLE_NAME) = LOWER(?) ORDER BY 1, 2 LIMIT 5`, db, table)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for i := range r.RowNumber() {
+		d, _ := r.GetString(i, 0)
+		t, _ := r.GetString(i, 1)
+		out = append(out, CollectionName(d, t))
+	}
+	return out
 }
 
 // resolve sets Kind, Bits, Type etc. from the information_schema fields.

@@ -12,6 +12,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow/pgarrowtest"
@@ -193,21 +194,32 @@ func TestLoadTableErrors(t *testing.T) {
 		CREATE TABLE gen (a int, b int GENERATED ALWAYS AS (a * 2) STORED, c text); ALTER TABLE gen DROP COLUMN c; ALTER TABLE gen REPLICA IDENTITY FULL`); err != nil {
 		t.Fatal(err)
 	}
-	tbl, err := pgarrow.LoadTable(ctx, conn, "My Schema.Mixed")
-	if err != nil || tbl.QualifiedName() != "My Schema.Mixed" || tbl.QuotedName() != `"My Schema"."Mixed"` || (&pgarrow.Table{Schema: "public", Name: "user"}).QuotedName() != `public."user"` {
-		t.Errorf("LoadTable(My Schema.Mixed) = %v, %v", tbl, err)
+	tbl, err := pgarrow.LoadTable(ctx, conn, `"My Schema"."Mixed"`)
+	if err != nil || tbl.QualifiedName() != `"My Schema"."Mixed"` || tbl.QuotedName() != `"My Schema"."Mixed"` || (&pgarrow.Table{Schema: "public", Name: "user"}).QuotedName() != `public."user"` {
+		t.Errorf(`LoadTable("My Schema"."Mixed") = %v, %v`, tbl, err)
+	}
+	// Unquoted names fold to lower case; the hint names the table that
+	// differs in case only.
+	_, err = pgarrow.LoadTable(ctx, conn, `"My Schema".Mixed`)
+	if !errors.Is(err, pgarrow.ErrTableNotFound) || !strings.Contains(hint.Of(err), `did you mean "My Schema"."Mixed"?`) {
+		t.Errorf(`LoadTable("My Schema".Mixed) = %v (hint %q), want not found with a hint naming "My Schema"."Mixed"`, err, hint.Of(err))
+	}
+	for _, name := range []string{"My Schema.Mixed", "a.b.c.d"} {
+		if _, err := pgarrow.LoadTable(ctx, conn, name); !errors.Is(err, pgarrow.ErrBadTableName) || hint.Of(err) == "" {
+			t.Errorf("LoadTable(%q) = %v, want ErrBadTableName with a hint", name, err)
+		}
 	}
 	if tbl, err := pgarrow.LoadTable(ctx, conn, "gen"); err != nil || len(tbl.Columns) != 1 || tbl.ReplicaIdentity != "full" {
 		t.Errorf("LoadTable(gen) = %+v, %v; want one column (generated and dropped ones left out), identity full", tbl, err)
 	}
-	for _, name := range []string{"public.nope", "nope", "a.b.c.d", "public.v"} {
+	for _, name := range []string{"public.nope", "nope", "public.v"} {
 		_, err := pgarrow.LoadTable(ctx, conn, name)
 		if !errors.Is(err, pgarrow.ErrTableNotFound) {
 			t.Errorf("LoadTable(%q) = %v, want ErrTableNotFound", name, err)
 		}
 	}
 	_, err = pgarrow.LoadTable(ctx, conn, "public.nope")
-	if err == nil || !strings.Contains(err.Error(), `no table "public.nope"`) {
+	if err == nil || !strings.Contains(err.Error(), `no table public.nope`) {
 		t.Errorf("error %v does not name the table", err)
 	}
 }

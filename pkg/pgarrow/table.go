@@ -86,8 +86,12 @@ type Table struct {
 	ReplicaIdentity string
 }
 
-// QualifiedName is schema.table, the collection name (not quoted).
-func (t *Table) QualifiedName() string { return t.Schema + "." + t.Name }
+// QualifiedName is the table's collection name, CollectionName(Schema,
+// Name): public.orders, public."RelMix", "a.b".c.
+func (t *Table) QualifiedName() string { return CollectionName(t.Schema, t.Name) }
+
+// TableName is the table's schema and name.
+func (t *Table) TableName() TableName { return TableName{Schema: t.Schema, Name: t.Name} }
 
 // QuotedName is schema.table for SQL, each part quoted where it needs it
 // (public.orders, "My Schema"."Orders").
@@ -129,40 +133,78 @@ func ReplicaIdentityName(c byte) string {
 var ErrTableNotFound = errors.New("table not found")
 
 // LoadTable reads a table's columns and replica identity from pg_catalog.
-// qualified is schema.table as printed by QualifiedName (matched exactly,
-// case-sensitively), or any name to_regclass understands ("Foo"."Bar",
-// an unqualified name on the search path).
-func LoadTable(ctx context.Context, conn *pgx.Conn, qualified string) (*Table, error) {
-	var oid uint32
-	found := false
-	if schema, name, ok := strings.Cut(qualified, "."); ok {
-		err := conn.QueryRow(ctx, `SELECT c.oid FROM pg_catalog.pg_class c
-			JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-			WHERE n.nspname = $1 AND c.relname = $2`, schema, name).Scan(&oid)
-		switch {
-		case err == nil:
-			found = true
-		case !errors.Is(err, pgx.ErrNoRows):
-			return nil, fmt.Errorf("load table %s: %w", qualified, err)
-		}
+// name is read by ParseTableName (public.orders, public."RelMix",
+// "a.b".c; a name without a schema is looked up on the search_path, as
+// SQL would): a collection name reads back as exactly its table.
+func LoadTable(ctx context.Context, conn *pgx.Conn, name string) (*Table, error) {
+	n, err := ParseTableName(name)
+	if err != nil {
+		return nil, fmt.Errorf("load table: %w", err)
 	}
-	if !found {
-		var o *uint32
-		// to_regclass raises errors for malformed names: treat as not found.
-		if err := conn.QueryRow(ctx, `SELECT pg_catalog.to_regclass($1)::oid`, qualified).Scan(&o); err != nil && ctx.Err() != nil {
-			return nil, fmt.Errorf("load table %s: %w", qualified, ctx.Err())
-		}
-		if o == nil {
-			return nil, hint.Wrap(fmt.Errorf("load table %s: %w: no table %q in database %q", qualified, ErrTableNotFound, qualified, conn.Config().Database),
-				"name the table as schema.table, e.g. public.orders; list tables with \\dt in psql")
-		}
-		oid = *o
+	return LoadTableByName(ctx, conn, n)
+}
+
+// LoadTableByName reads the table whose schema and name are exactly n's
+// (no case folding); with no schema, the one visible on the search_path.
+func LoadTableByName(ctx context.Context, conn *pgx.Conn, n TableName) (*Table, error) {
+	oid, err := LookupTable(ctx, conn, n)
+	if err != nil {
+		return nil, err
 	}
 	t, err := LoadTableByOID(ctx, conn, oid)
 	if err != nil {
-		return nil, fmt.Errorf("load table %s: %w", qualified, err)
+		return nil, fmt.Errorf("load table %s: %w", n, err)
 	}
 	return t, nil
+}
+
+// LookupTable returns the pg_class.oid of the table (or other relation)
+// named exactly n; with no schema, of the one visible on the search_path.
+// It fails with ErrTableNotFound (and a hint naming near misses that
+// differ in case only) when there is none.
+func LookupTable(ctx context.Context, conn *pgx.Conn, n TableName) (uint32, error) {
+	var oid uint32
+	var err error
+	if n.Schema == "" {
+		err = conn.QueryRow(ctx, `SELECT c.oid FROM pg_catalog.pg_class c
+			WHERE c.relname = $1 AND pg_catalog.pg_table_is_visible(c.oid)`, n.Name).Scan(&oid)
+	} else {
+		err = conn.QueryRow(ctx, `SELECT c.oid FROM pg_catalog.pg_class c
+			JOIN pg_catalog.pg_namespace ns ON ns.oid = c.relnamespace
+			WHERE ns.nspname = $1 AND c.relname = $2`, n.Schema, n.Name).Scan(&oid)
+	}
+	if err == nil {
+		return oid, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("load table %s: %w", n, err)
+	}
+	h := "check --tables: name a table as SQL does, schema.table, e.g. public.orders, with double quotes around a part that is not all lower case: public.\"Orders\"; list tables with \\dt *.* in psql"
+	if near := nearMisses(ctx, conn, n); len(near) > 0 {
+		h = fmt.Sprintf("unquoted names fold to lower case; did you mean %s? (in a shell: --tables '%s')", strings.Join(near, " or "), near[0])
+	}
+	return 0, hint.Wrap(fmt.Errorf("load table %s: %w: no table %s in database %q", n, ErrTableNotFound, n, conn.Config().Database), h)
+}
+
+// nearMisses lists the tables whose names differ from n in case only.
+func nearMisses(ctx context.Context, conn *pgx.Conn, n TableName) []string {
+	rows, err := conn.Query(ctx, `SELECT ns.nspname, c.relname FROM pg_catalog.pg_class c
+		JOIN pg_catalog.pg_namespace ns ON ns.oid = c.relnamespace
+		WHERE c.relkind IN ('r', 'p') AND lower(c.relname) = lower($2)
+		AND ($1 = '' AND pg_catalog.pg_table_is_visible(c.oid) OR lower(ns.nspname) = lower($1))
+		ORDER BY 1, 2 LIMIT 5`, n.Schema, n.Name)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for rows.Next() {
+		var m TableName
+		if rows.Scan(&m.Schema, &m.Name) == nil {
+			out = append(out, m.String())
+		}
+	}
+	rows.Close()
+	return out
 }
 
 // LoadTableByOID reads the table with pg_class.oid oid.

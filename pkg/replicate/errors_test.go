@@ -51,7 +51,7 @@ func TestReplicateErrors(t *testing.T) {
 	})
 	t.Run("replica identity not full", func(t *testing.T) {
 		d := newDB(t, pg, abSetup+"CREATE TABLE plain (id int PRIMARY KEY); CREATE TABLE \"Odd Name\" (x int);")
-		wantErr(t, streamErr(t, d.cfg()), pg, `replica identity is not FULL for public.Odd Name (DEFAULT), public.plain (DEFAULT) in publication pub`,
+		wantErr(t, streamErr(t, d.cfg()), pg, `replica identity is not FULL for public."Odd Name" (DEFAULT), public.plain (DEFAULT) in publication pub`,
 			`run: ALTER TABLE public."Odd Name" REPLICA IDENTITY FULL; ALTER TABLE public.plain REPLICA IDENTITY FULL;`)
 	})
 	t.Run("slot missing", func(t *testing.T) {

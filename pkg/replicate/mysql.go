@@ -357,9 +357,9 @@ func (s *myStreamer) setup(ctx context.Context) (err error) {
 	for _, name := range cfg.Tables {
 		db, tb, err := myarrow.ParseName(name)
 		if err != nil {
-			return hint.Wrap(fmt.Errorf("replicate mysql: %w", err), "name tables as db.table")
+			return fmt.Errorf("replicate mysql: %w", err)
 		}
-		t := cfg.Known[db+"."+tb]
+		t := cfg.Known[myarrow.CollectionName(db, tb)]
 		if t == nil {
 			if t, err = myarrow.LoadTable(ctx, srv.Conn, db, tb); err != nil {
 				return fmt.Errorf("replicate mysql: %w", err)
@@ -776,16 +776,11 @@ func (s *myStreamer) ddl(schema, q string) error {
 		return nil
 	}
 	verb := strings.ToUpper(m[1])
-	for _, raw := range strings.Split(m[2], ",") {
-		name := strings.Fields(strings.TrimSpace(raw))
-		if len(name) == 0 {
-			continue
+	for _, name := range myarrow.LeadingNames(m[2]) {
+		if name[0] == "" {
+			name[0] = schema
 		}
-		n := strings.ReplaceAll(name[0], "`", "")
-		n = strings.TrimSuffix(n, ";")
-		if !strings.Contains(n, ".") {
-			n = schema + "." + n
-		}
+		n := myarrow.CollectionName(name[0], name[1])
 		mt := s.tables[n]
 		if mt == nil || mt.failed {
 			continue
@@ -824,7 +819,7 @@ var systemSchemas = map[string]bool{"mysql": true, "information_schema": true, "
 // tableMap checks a TABLE_MAP against the schema the collection was first
 // read with.
 func (s *myStreamer) tableMap(ctx context.Context, ev *replication.TableMapEvent) error {
-	name := string(ev.Schema) + "." + string(ev.Table)
+	name := myarrow.CollectionName(string(ev.Schema), string(ev.Table))
 	mt := s.tables[name]
 	if mt == nil {
 		if !s.all || systemSchemas[strings.ToLower(string(ev.Schema))] {
@@ -862,7 +857,7 @@ func (s *myStreamer) rows(et replication.EventType, ev *replication.RowsEvent) e
 	if ev.Table == nil {
 		return nil
 	}
-	name := string(ev.Table.Schema) + "." + string(ev.Table.Table)
+	name := myarrow.CollectionName(string(ev.Table.Schema), string(ev.Table.Table))
 	mt := s.tables[name]
 	if mt == nil || mt.failed || !s.inTxn {
 		return nil

@@ -298,8 +298,8 @@ func (s *pgStreamer) check(ctx context.Context, first bool, start *frontier.LSN)
 				rows.Close()
 				return fmt.Errorf("replicate postgres: read tables of publication %s: %w", s.cfg.Publication, err)
 			}
-			names = append(names, fmt.Sprintf("%s.%s (%s)", ns, rel, strings.ToUpper(pgarrow.ReplicaIdentityName(ident[0]))))
-			fixes = append(fixes, fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY FULL;", pgarrow.QuoteIdent(ns)+"."+pgarrow.QuoteIdent(rel)))
+			names = append(names, fmt.Sprintf("%s (%s)", pgarrow.CollectionName(ns, rel), strings.ToUpper(pgarrow.ReplicaIdentityName(ident[0]))))
+			fixes = append(fixes, fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY FULL;", pgarrow.TableName{Schema: ns, Name: rel}.SQL()))
 		}
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("replicate postgres: read tables of publication %s: %w", s.cfg.Publication, err)

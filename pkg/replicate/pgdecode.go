@@ -271,7 +271,7 @@ func (d *decoder) stop(r *relation, msg string) error {
 // stops it.
 func (d *decoder) relation(ctx context.Context, m *pglogrepl.RelationMessage) error {
 	old := d.rels[m.RelationID]
-	name := m.Namespace + "." + m.RelationName
+	name := pgarrow.CollectionName(m.Namespace, m.RelationName)
 	if old != nil && (old.stopped || d.stopped[name]) {
 		return nil
 	}

@@ -20,7 +20,7 @@ import (
 type table struct {
 	t        *pgarrow.Table
 	rel      relName
-	name     string        // collection name, schema.table
+	name     string        // collection name (pgarrow.CollectionName)
 	schema   *arrow.Schema // data schema: columns, _time, _diff
 	relkind  string        // pg_class.relkind
 	relpages int64         // pg_class.relpages (an estimate)
@@ -52,13 +52,13 @@ func (k task) copySQL() string {
 	switch {
 	case k.ranged && k.hi >= 0:
 		return fmt.Sprintf("COPY (SELECT %s FROM ONLY %s WHERE ctid >= '(%d,0)'::tid AND ctid < '(%d,0)'::tid) TO STDOUT",
-			k.tb.colsSQL, k.tb.rel.sql(), k.lo, k.hi)
+			k.tb.colsSQL, k.tb.rel.SQL(), k.lo, k.hi)
 	case k.ranged:
-		return fmt.Sprintf("COPY (SELECT %s FROM ONLY %s WHERE ctid >= '(%d,0)'::tid) TO STDOUT", k.tb.colsSQL, k.tb.rel.sql(), k.lo)
+		return fmt.Sprintf("COPY (SELECT %s FROM ONLY %s WHERE ctid >= '(%d,0)'::tid) TO STDOUT", k.tb.colsSQL, k.tb.rel.SQL(), k.lo)
 	case k.tb.relkind == "r" && k.tb.colsSQL != "":
-		return fmt.Sprintf("COPY %s (%s) TO STDOUT", k.tb.rel.sql(), k.tb.colsSQL)
+		return fmt.Sprintf("COPY %s (%s) TO STDOUT", k.tb.rel.SQL(), k.tb.colsSQL)
 	default:
-		return fmt.Sprintf("COPY (SELECT %s FROM %s) TO STDOUT", k.tb.colsSQL, k.tb.rel.sql())
+		return fmt.Sprintf("COPY (SELECT %s FROM %s) TO STDOUT", k.tb.colsSQL, k.tb.rel.SQL())
 	}
 }
 

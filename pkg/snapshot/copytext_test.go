@@ -138,17 +138,6 @@ func TestSplitPages(t *testing.T) {
 	}
 }
 
-func TestQuoteIdent(t *testing.T) {
-	for in, want := range map[string]string{
-		"orders": "orders", "order_lines2": "order_lines2", "Orders": `"Orders"`, "odd name": `"odd name"`,
-		"2x": `"2x"`, `a"b`: `"a""b"`, "select": `"select"`, "": `""`,
-	} {
-		if got := QuoteIdent(in); got != want {
-			t.Errorf("QuoteIdent(%q) = %s, want %s", in, got, want)
-		}
-	}
-}
-
 func TestInSnapshot(t *testing.T) {
 	// A transaction whose commit record starts at the consistent point is
 	// not in the snapshot; one just below it is.

@@ -160,7 +160,7 @@ func MySQL(ctx context.Context, cfg MySQLConfig, sink pipe.Sink) (*MySQLResult, 
 	for _, name := range cfg.Tables {
 		db, tn, err := myarrow.ParseName(name)
 		if err != nil {
-			return nil, hint.Wrap(fmt.Errorf("snapshot mysql: %w", err), "name tables as db.table")
+			return nil, fmt.Errorf("snapshot mysql: %w", err)
 		}
 		t, err := myarrow.LoadTable(ctx, srv.Conn, db, tn)
 		if err != nil {

@@ -39,8 +39,9 @@ type Config struct {
 	// It is read but never advanced; nothing else may consume it while PG
 	// runs.
 	Slot string
-	// Tables to snapshot, as SQL names them (orders, public.orders); empty
-	// means every table of the publication.
+	// Tables to snapshot, as SQL names them and pgarrow.ParseTableName
+	// reads them (orders, public.orders, public."RelMix", collection
+	// names); empty means every table of the publication.
 	Tables []string
 	// Parallel is the number of connections that copy at once (default 1).
 	Parallel int
@@ -97,7 +98,8 @@ type Result struct {
 
 // TableResult is one table of a snapshot.
 type TableResult struct {
-	// Name is the collection name, schema.table.
+	// Name is the collection name (pgarrow.CollectionName: public.orders,
+	// public."RelMix").
 	Name string
 	// Rows copied (emitted with diff +1).
 	Rows int64
@@ -245,7 +247,7 @@ func loadTables(ctx context.Context, conn *pgx.Conn, cfg Config) ([]*table, erro
 	var bad []relName
 	var idents []string
 	for _, r := range rels {
-		t, err := pgarrow.LoadTable(ctx, conn, r.sql())
+		t, err := pgarrow.LoadTableByName(ctx, conn, r)
 		if err != nil {
 			return nil, fmt.Errorf("describe %s: %w", r, err)
 		}
@@ -253,7 +255,7 @@ func loadTables(ctx context.Context, conn *pgx.Conn, cfg Config) ([]*table, erro
 			bad, idents = append(bad, r), append(idents, t.ReplicaIdentity)
 			continue
 		}
-		tb := &table{t: t, rel: r, name: r.String(), schema: dataSchema(t), colsSQL: columnList(t)}
+		tb := &table{t: t, rel: r, name: t.QualifiedName(), schema: dataSchema(t), colsSQL: columnList(t)}
 		if decs, ok := binaryDecoders(t); ok && cfg.Format == "auto" {
 			tb.decs = decs
 		}

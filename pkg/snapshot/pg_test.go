@@ -459,8 +459,8 @@ func TestErrors(t *testing.T) {
 	}{
 		{"no publication", Config{Publication: "nope"}, ErrNoPublication, "publication nope", "CREATE PUBLICATION nope"},
 		{"not in publication", Config{Publication: "pub", Tables: []string{"unpublished"}}, ErrNotInPublication, "public.unpublished", "run: ALTER PUBLICATION pub ADD TABLE public.unpublished"},
-		{"no such table", Config{Publication: "pub", Tables: []string{"nosuch"}}, ErrNoTable, `"nosuch"`, "--tables"},
-		{"replica identity", Config{Publication: "pub2"}, ErrReplicaIdentity, "public.Odd T is DEFAULT, public.plain is DEFAULT",
+		{"no such table", Config{Publication: "pub", Tables: []string{"nosuch"}}, ErrNoTable, "no table nosuch", "--tables"},
+		{"replica identity", Config{Publication: "pub2"}, ErrReplicaIdentity, `public."Odd T" is DEFAULT, public.plain is DEFAULT`,
 			`run: ALTER TABLE public."Odd T" REPLICA IDENTITY FULL; ALTER TABLE public.plain REPLICA IDENTITY FULL;`},
 		{"bad slot", Config{Publication: "pub", Slot: "Bad-Slot"}, ErrSlot, "Bad-Slot", "rtr_"},
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rtrctl/rtrctl/internal/hint"
+	"github.com/rtrctl/rtrctl/pkg/pgarrow"
 )
 
 // Errors a caller may want to tell apart (errors.Is). Each comes wrapped
@@ -28,44 +29,8 @@ var (
 	ErrReplicaIdentity = errors.New("replica identity is not FULL")
 )
 
-// QuoteIdent quotes a PostgreSQL identifier only when it needs quoting,
-// so that hints read the way people write SQL: public.orders, but
-// public."Order Lines".
-func QuoteIdent(s string) string {
-	plain := s != ""
-	for i, c := range s {
-		if !(c >= 'a' && c <= 'z' || c == '_' || i > 0 && (c >= '0' && c <= '9' || c == '$')) {
-			plain = false
-			break
-		}
-	}
-	if plain && !reserved[s] {
-		return s
-	}
-	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
-}
-
-// reserved are the SQL key words that cannot be bare table or schema
-// names in PostgreSQL (a small, common subset; anything else bare is fine).
-var reserved = map[string]bool{
-	"all": true, "analyse": true, "analyze": true, "and": true, "any": true, "array": true, "as": true, "asc": true,
-	"both": true, "case": true, "cast": true, "check": true, "collate": true, "column": true, "constraint": true,
-	"create": true, "default": true, "desc": true, "distinct": true, "do": true, "else": true, "end": true,
-	"except": true, "false": true, "for": true, "foreign": true, "from": true, "grant": true, "group": true,
-	"having": true, "in": true, "into": true, "limit": true, "not": true, "null": true, "offset": true, "on": true,
-	"only": true, "or": true, "order": true, "primary": true, "references": true, "select": true, "table": true,
-	"then": true, "to": true, "true": true, "union": true, "unique": true, "user": true, "using": true,
-	"when": true, "where": true, "with": true,
-}
-
-// quoteQualified quotes schema.name for SQL and hints.
-func quoteQualified(schema, name string) string { return QuoteIdent(schema) + "." + QuoteIdent(name) }
-
-// relName is a table by schema and name.
-type relName struct{ schema, name string }
-
-func (r relName) String() string { return r.schema + "." + r.name }
-func (r relName) sql() string    { return quoteQualified(r.schema, r.name) }
+// relName is a table by its exact schema and name.
+type relName = pgarrow.TableName
 
 // publicationTables returns the tables of publication pub, sorted. It
 // fails with ErrNoPublication when pub does not exist.
@@ -76,7 +41,7 @@ func publicationTables(ctx context.Context, conn *pgx.Conn, pub string) ([]relNa
 	}
 	if !exists {
 		return nil, hint.Wrap(fmt.Errorf("read publication %s: %w", pub, ErrNoPublication),
-			fmt.Sprintf("run: CREATE PUBLICATION %s FOR TABLE schema.table, ...  (or FOR ALL TABLES)", QuoteIdent(pub)))
+			fmt.Sprintf("run: CREATE PUBLICATION %s FOR TABLE schema.table, ...  (or FOR ALL TABLES)", pgarrow.QuoteIdent(pub)))
 	}
 	rows, err := conn.Query(ctx, "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1", pub)
 	if err != nil {
@@ -85,7 +50,7 @@ func publicationTables(ctx context.Context, conn *pgx.Conn, pub string) ([]relNa
 	var out []relName
 	for rows.Next() {
 		var r relName
-		if err := rows.Scan(&r.schema, &r.name); err != nil {
+		if err := rows.Scan(&r.Schema, &r.Name); err != nil {
 			return nil, fmt.Errorf("read publication %s: %w", pub, err)
 		}
 		out = append(out, r)
@@ -93,13 +58,16 @@ func publicationTables(ctx context.Context, conn *pgx.Conn, pub string) ([]relNa
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read publication %s: %w", pub, err)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Schema < out[j].Schema || out[i].Schema == out[j].Schema && out[i].Name < out[j].Name
+	})
 	return out, nil
 }
 
-// resolveTables picks the tables to snapshot: want (names as SQL would
-// resolve them, e.g. orders, public.orders, "Odd Name"), or all of the
-// publication when want is empty. Every table must be in the publication.
+// resolveTables picks the tables to snapshot: want (names as
+// pgarrow.ParseTableName reads them, e.g. orders, public.orders,
+// public."Odd Name", or collection names), or all of the publication when
+// want is empty. Every table must be in the publication.
 func resolveTables(ctx context.Context, conn *pgx.Conn, pub string, want []string) ([]relName, error) {
 	inPub, err := publicationTables(ctx, conn, pub)
 	if err != nil {
@@ -108,7 +76,7 @@ func resolveTables(ctx context.Context, conn *pgx.Conn, pub string, want []strin
 	if len(want) == 0 {
 		if len(inPub) == 0 {
 			return nil, hint.Wrap(fmt.Errorf("resolve tables: %w: publication %s has no tables", ErrNoTables, pub),
-				fmt.Sprintf("run: ALTER PUBLICATION %s ADD TABLE schema.table", QuoteIdent(pub)))
+				fmt.Sprintf("run: ALTER PUBLICATION %s ADD TABLE schema.table", pgarrow.QuoteIdent(pub)))
 		}
 		return inPub, nil
 	}
@@ -119,19 +87,26 @@ func resolveTables(ctx context.Context, conn *pgx.Conn, pub string, want []strin
 	var out []relName
 	seen := map[relName]bool{}
 	for _, w := range want {
+		n, err := pgarrow.ParseTableName(w)
+		if err != nil {
+			return nil, fmt.Errorf("resolve tables: %w", err)
+		}
 		var r relName
-		err := conn.QueryRow(ctx, `SELECT n.nspname::text, c.relname::text FROM pg_class c
-			JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`, w).Scan(&r.schema, &r.name)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, hint.Wrap(fmt.Errorf("resolve table %q: %w", w, ErrNoTable),
-				"check --tables: names resolve like SQL, e.g. orders, public.orders or '\"Odd Name\"'")
+		oid, err := pgarrow.LookupTable(ctx, conn, n)
+		if errors.Is(err, pgarrow.ErrTableNotFound) {
+			return nil, fmt.Errorf("resolve table %s: %w: %w", n, ErrNoTable, err)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("resolve table %q: %w", w, err)
+			return nil, fmt.Errorf("resolve table %s: %w", n, err)
+		}
+		err = conn.QueryRow(ctx, `SELECT n.nspname::text, c.relname::text FROM pg_class c
+			JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1`, oid).Scan(&r.Schema, &r.Name)
+		if err != nil {
+			return nil, fmt.Errorf("resolve table %s: %w", n, err)
 		}
 		if !member[r] {
 			return nil, hint.Wrap(fmt.Errorf("resolve table %s: %w %s", r, ErrNotInPublication, pub),
-				fmt.Sprintf("run: ALTER PUBLICATION %s ADD TABLE %s", QuoteIdent(pub), r.sql()))
+				fmt.Sprintf("run: ALTER PUBLICATION %s ADD TABLE %s", pgarrow.QuoteIdent(pub), r.SQL()))
 		}
 		if !seen[r] {
 			seen[r] = true
@@ -147,7 +122,7 @@ func replicaIdentityError(bad []relName, idents []string) error {
 	var names, fixes []string
 	for i, r := range bad {
 		names = append(names, fmt.Sprintf("%s is %s", r, strings.ToUpper(idents[i])))
-		fixes = append(fixes, fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY FULL;", r.sql()))
+		fixes = append(fixes, fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY FULL;", r.SQL()))
 	}
 	return hint.Wrap(fmt.Errorf("check tables: %w: %s (updates and deletes need the whole old row)", ErrReplicaIdentity, strings.Join(names, ", ")),
 		"run: "+strings.Join(fixes, " "))

@@ -229,7 +229,8 @@ func (s *Store) list(ctx context.Context, sub string) ([]string, error) {
 			continue
 		}
 		name, err := unescapeName(e.Name())
-		if err != nil {
+		hashed := errors.Is(err, errHashedName)
+		if err != nil && !hashed {
 			continue
 		}
 		// Only shards with a manifest exist; a bare directory is a create
@@ -238,15 +239,53 @@ func (s *Store) list(ctx context.Context, sub string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("list %s: %w", sub, err)
 		}
+		var v uint64
 		for _, f := range files {
-			if _, ok := parseManifestName(f.Name()); ok {
-				out = append(out, name)
-				break
+			if n, ok := parseManifestName(f.Name()); ok && n > v {
+				v = n
 			}
 		}
+		if v == 0 {
+			continue
+		}
+		if hashed {
+			// A long name: the manifest has it.
+			if name, err = s.manifestShardName(filepath.Join(s.dir, sub, e.Name()), v); err != nil {
+				return nil, fmt.Errorf("list %s: %w", sub, err)
+			}
+		}
+		out = append(out, name)
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// manifestShardName reads the shard name from the manifest of dir with
+// version v or, when a newer writer has removed it meanwhile, the newest.
+func (s *Store) manifestShardName(dir string, v uint64) (string, error) {
+	for attempt := 0; ; attempt++ {
+		b, err := readFile(s.fs, filepath.Join(dir, manifestName(v)))
+		if errors.Is(err, fs.ErrNotExist) && attempt < 20 {
+			files, err := s.fs.ReadDir(dir)
+			if err != nil {
+				return "", err
+			}
+			for _, f := range files {
+				if n, ok := parseManifestName(f.Name()); ok && n > v {
+					v = n
+				}
+			}
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		m, err := decodeManifest(b)
+		if err != nil {
+			return "", &CorruptError{Path: filepath.Join(dir, manifestName(v)), Detail: err.Error()}
+		}
+		return m.Name, nil
+	}
 }
 
 // Shard opens an existing collection. It fails with an error wrapping
