@@ -224,9 +224,10 @@ func (d *driver) start(ctx context.Context, tl Timeline) error {
 		if err != nil {
 			return fmt.Errorf("ingest %s: %w", tl.ID, err)
 		}
-		if len(info.Errors) > 0 {
+		// An error holds until a later generation (a re-snapshot).
+		if n := len(info.Errors); n > 0 && (len(info.Generations) == 0 || info.Errors[n-1].Time >= info.Generations[len(info.Generations)-1].Start) {
 			t.errored[c.Name] = true
-			d.log.Warn("collection has a definite error; it gets no more data", "source", tl.ID, "collection", c.Name, "error", info.Errors[0].Message)
+			d.log.Warn("collection has a definite error; it gets no more data", "source", tl.ID, "collection", c.Name, "error", info.Errors[n-1].Message)
 		}
 	}
 
@@ -481,8 +482,18 @@ func (d *driver) Error(collection string, at frontier.Time, msg string) error {
 // Reset implements pipe.Sink: from its time on, the collection holds only
 // what follows (a TRUNCATE; a re-snapshot or schema change with the new
 // contents).
+//
+// A reset after a definite error (a re-snapshot) clears it: the collection
+// gets data again.
 func (d *driver) Reset(collection string, at frontier.Time, schema *arrow.Schema) error {
-	return d.live(collection, func(t *timeline) error { return t.rc.Reset(d.ctx, collection, at, schema) })
+	t, err := d.timeline(collection)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.errored, collection)
+	return t.rc.Reset(d.ctx, collection, at, schema)
 }
 
 // schemaOf is StreamRequest.Schema.

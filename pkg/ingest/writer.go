@@ -37,7 +37,6 @@ type storeWriter struct {
 
 	// Owned by the reclocker's caller.
 	pending map[string][]segment
-	errs    map[string][]timedError
 
 	jobs chan commitJob
 	done chan struct{} // closed when the committer exits
@@ -128,13 +127,27 @@ func (b *buffered) release() {
 	b.recs = nil
 }
 
-// segment is a collection's buffered data from one reset on (or, with
-// reset nil, from what the store holds): a collection's pending data is
-// a list of them in time order, each holding only rows at times before
-// the next one's reset.
+// segment is a collection's buffered data from one event on (a reset, a
+// definite error) or, with neither, from what the store holds: a
+// collection's pending data is a list of them in time order, each holding
+// only rows at times before the next one's event. The rows of an error's
+// segment are never committed: the collection has no contents until a
+// reset after it.
 type segment struct {
 	reset *timedReset
+	err   *timedError
 	b     *buffered // nil: no rows
+}
+
+// at is the time of sg's event; ok is false when it has none.
+func (sg segment) at() (t uint64, ok bool) {
+	switch {
+	case sg.reset != nil:
+		return sg.reset.t, true
+	case sg.err != nil:
+		return sg.err.t, true
+	}
+	return 0, false
 }
 
 // timedReset is a reset (pipe.Sink.Reset) at system time t.
@@ -155,10 +168,10 @@ func releaseSegments(segs []segment) {
 // it with them) and the rest.
 func splitSegments(segs []segment, upper uint64) (below, rest []segment, err error) {
 	for i, sg := range segs {
-		if sg.reset != nil && sg.reset.t >= upper {
+		if t, ok := sg.at(); ok && t >= upper {
 			return below, append(rest, segs[i:]...), nil
 		}
-		lo := segment{reset: sg.reset}
+		lo := segment{reset: sg.reset, err: sg.err}
 		if sg.b != nil {
 			var hi *buffered
 			if lo.b, hi, err = sg.b.split(upper); err != nil {
@@ -168,8 +181,8 @@ func splitSegments(segs []segment, upper uint64) (below, rest []segment, err err
 			}
 			if hi != nil {
 				// A replay ahead of progress: the rows stay, after the
-				// reset that is committed now.
-				rest = append(rest, segment{b: hi})
+				// event that is committed now.
+				rest = append(rest, segment{err: continued(sg.err), b: hi})
 			}
 		}
 		below = append(below, lo)
@@ -177,12 +190,20 @@ func splitSegments(segs []segment, upper uint64) (below, rest []segment, err err
 	return below, rest, nil
 }
 
+// continued is the event of the rest of a segment cut at a progress: an
+// error goes on holding (its rows stay uncommitted), a reset is done.
+func continued(e *timedError) *timedError {
+	if e == nil {
+		return nil
+	}
+	return &timedError{t: e.t, msg: e.msg, recorded: true}
+}
+
 // commitJob is the data of every collection below upper, or (flushed not
 // nil) a request to report when the jobs before it are done.
 type commitJob struct {
 	upper   uint64
 	pending map[string][]segment
-	errs    map[string][]timedError
 	flushed chan struct{}
 }
 
@@ -195,7 +216,7 @@ func (j commitJob) release() {
 func newStoreWriter(st *store.Store, source string, collections []string) *storeWriter {
 	cs := append([]string{}, collections...)
 	sort.Strings(cs)
-	w := &storeWriter{st: st, source: source, collections: cs, pending: map[string][]segment{}, errs: map[string][]timedError{},
+	w := &storeWriter{st: st, source: source, collections: cs, pending: map[string][]segment{},
 		jobs: make(chan commitJob, 1), done: make(chan struct{})}
 	go w.committer()
 	return w
@@ -229,7 +250,7 @@ func (w *storeWriter) committer() {
 // commitAll commits every collection of the source up to j.upper.
 func (w *storeWriter) commitAll(ctx context.Context, j commitJob) error {
 	for _, c := range w.collections {
-		if err := w.commit(ctx, c, j.upper, j.pending[c], j.errs[c]); err != nil {
+		if err := w.commit(ctx, c, j.upper, j.pending[c]); err != nil {
 			return err
 		}
 	}
@@ -320,26 +341,34 @@ func (w *storeWriter) Data(collection string, schema *arrow.Schema, rec arrow.Re
 // handed over so far are superseded, and a new segment starts at t; its
 // commit starts a new generation of the collection's shard there.
 func (w *storeWriter) Reset(collection string, t uint64, schema *arrow.Schema) error {
+	return w.event(collection, t, segment{reset: &timedReset{t: t, schema: schema}})
+}
+
+// Error implements reclock.Output: from t on the collection has the
+// definite error msg (until a reset after it): rows at t or later handed
+// over so far are not committed, and the error is recorded at t.
+func (w *storeWriter) Error(collection string, t uint64, msg string) error {
+	return w.event(collection, t, segment{err: &timedError{t: t, msg: msg}})
+}
+
+// event cuts collection's pending rows at t (the later ones came before
+// the event, which supersedes them) and starts segment sg there.
+func (w *storeWriter) event(collection string, t uint64, sg segment) error {
 	segs, rest, err := splitSegments(w.pending[collection], t)
 	if err != nil {
-		return fmt.Errorf("reset %s: %w", collection, err)
+		return fmt.Errorf("commit %s: %w", collection, err)
 	}
 	releaseSegments(rest)
-	w.pending[collection] = append(segs, segment{reset: &timedReset{t: t, schema: schema}})
+	w.pending[collection] = append(segs, sg)
 	return nil
 }
 
-// Error implements reclock.Output: the error is recorded with the commit
-// of the collection past its time t, after its data.
-func (w *storeWriter) Error(collection string, t uint64, msg string) error {
-	w.errs[collection] = append(w.errs[collection], timedError{t, msg})
-	return nil
-}
-
-// timedError is a definite error at system time t.
+// timedError is a definite error at system time t; recorded says a
+// commit before recorded it already (the rest of its segment).
 type timedError struct {
-	t   uint64
-	msg string
+	t        uint64
+	msg      string
+	recorded bool
 }
 
 // Progress implements reclock.Output: every collection of the source is
@@ -350,17 +379,8 @@ func (w *storeWriter) Progress(upper uint64) error {
 	if err := w.Err(); err != nil {
 		return err
 	}
-	j := commitJob{upper: upper, pending: map[string][]segment{}, errs: map[string][]timedError{}}
-	rest, restErrs := map[string][]segment{}, map[string][]timedError{}
-	for c, es := range w.errs {
-		for _, e := range es {
-			if e.t < upper {
-				j.errs[c] = append(j.errs[c], e)
-			} else {
-				restErrs[c] = append(restErrs[c], e)
-			}
-		}
-	}
+	j := commitJob{upper: upper, pending: map[string][]segment{}}
+	rest := map[string][]segment{}
 	for c, segs := range w.pending {
 		below, later, err := splitSegments(segs, upper)
 		if err != nil {
@@ -374,7 +394,7 @@ func (w *storeWriter) Progress(upper uint64) error {
 			rest[c] = later
 		}
 	}
-	w.pending, w.errs = rest, restErrs
+	w.pending = rest
 	if !w.send(j) {
 		j.release()
 		return errWriterClosed
@@ -386,27 +406,7 @@ func (w *storeWriter) Progress(upper uint64) error {
 // replayed after a restart).
 var errWriterClosed = errors.New("ingest: store writer closed")
 
-func (w *storeWriter) commit(ctx context.Context, c string, upper uint64, segs []segment, errs []timedError) error {
-	// A definite error holds from its own time on: the data goes up to
-	// it, the error is recorded at it, and rows and resets at or after it
-	// (the error's own transaction, say) are not committed. So every read
-	// at the error's time fails, never shows the collection as it was
-	// before.
-	var firstErr *timedError
-	for i := range errs {
-		if firstErr == nil || errs[i].t < firstErr.t {
-			firstErr = &errs[i]
-		}
-	}
-	if firstErr != nil {
-		below, rest, err := splitSegments(segs, firstErr.t)
-		if err != nil {
-			return fmt.Errorf("commit %s: %w", c, err)
-		}
-		releaseSegments(rest)
-		defer releaseSegments(below)
-		segs = below
-	}
+func (w *storeWriter) commit(ctx context.Context, c string, upper uint64, segs []segment) error {
 	sh, err := w.st.Shard(ctx, c)
 	if errors.Is(err, store.ErrNotFound) {
 		schema := segmentsSchema(segs)
@@ -423,14 +423,18 @@ func (w *storeWriter) commit(ctx context.Context, c string, upper uint64, segs [
 	if err := sh.Refresh(ctx); err != nil {
 		return fmt.Errorf("commit %s: %w", c, err)
 	}
-	end := upper
-	if firstErr != nil {
-		end = firstErr.t
-	}
 	var rows int64
 	appended := false
+	if len(segs) == 0 {
+		segs = []segment{{}}
+	}
 	for i, sg := range segs {
-		if sg.reset != nil {
+		next := upper
+		if i+1 < len(segs) {
+			next, _ = segs[i+1].at()
+		}
+		switch {
+		case sg.reset != nil:
 			schema := sg.reset.schema
 			if schema == nil {
 				schema = sh.SchemaAt(sg.reset.t)
@@ -441,10 +445,26 @@ func (w *storeWriter) commit(ctx context.Context, c string, upper uint64, segs [
 			if _, err := sh.NewGeneration(ctx, sg.reset.t, schema); err != nil {
 				return fmt.Errorf("commit reset of %s at %d: %w", c, sg.reset.t, err)
 			}
-		}
-		next := end
-		if i+1 < len(segs) {
-			next = segs[i+1].reset.t
+		case sg.err != nil && i+1 < len(segs) && next == sg.err.t:
+			continue // a reset at the same time supersedes it
+		case sg.err != nil && !sg.err.recorded:
+			// A definite error holds from its own time on: the data went
+			// up to it, the error is recorded at it, and its segment's
+			// rows (its own transaction's, say) are not committed. So
+			// every read at the error's time fails, never shows the
+			// collection as it was before.
+			if err := w.appendTo(ctx, sh, c, sg.err.t, nil, &appended); err != nil {
+				return err
+			}
+			if err := w.recordError(ctx, sh, c, sg.err, max(next, sg.err.t+1)); err != nil {
+				return err
+			}
+			continue
+		case sg.err != nil:
+			if err := w.appendTo(ctx, sh, c, next, nil, &appended); err != nil {
+				return err
+			}
+			continue
 		}
 		if sg.b != nil {
 			rows += sg.b.rows
@@ -453,29 +473,27 @@ func (w *storeWriter) commit(ctx context.Context, c string, upper uint64, segs [
 			return err
 		}
 	}
-	if len(segs) == 0 {
-		if err := w.appendTo(ctx, sh, c, end, nil, &appended); err != nil {
-			return err
-		}
-	}
-	if firstErr != nil {
-		_, err := sh.AppendError(ctx, firstErr.t, max(upper, firstErr.t+1), firstErr.msg)
-		if _, ok := errors.AsType[*store.UpperMismatchError](err); ok && firstErr.t < sh.Upper() {
-			// A replay met an error the first run did not (the upstream's
-			// catalog moved in between): history stays as committed, and
-			// the error holds from the collection's upper on.
-			at := sh.Upper()
-			_, err = sh.AppendError(ctx, at, max(upper, at+1), firstErr.msg)
-		}
-		if err != nil {
-			return fmt.Errorf("commit error of %s: %w", c, err)
-		}
-	}
 	if w.onCommit != nil && appended {
 		w.onCommit(c, rows, upper)
 	}
 	if w.afterCommit != nil {
 		w.afterCommit(c, upper)
+	}
+	return nil
+}
+
+// recordError records e in sh, advancing its upper to newUpper. A replay
+// that meets an error the first run did not record (the upstream's
+// catalog moved in between) keeps history as committed: the error holds
+// from the collection's upper on.
+func (w *storeWriter) recordError(ctx context.Context, sh *store.Shard, c string, e *timedError, newUpper uint64) error {
+	_, err := sh.AppendError(ctx, e.t, newUpper, e.msg)
+	if _, ok := errors.AsType[*store.UpperMismatchError](err); ok && e.t < sh.Upper() {
+		at := sh.Upper()
+		_, err = sh.AppendError(ctx, at, max(newUpper, at+1), e.msg)
+	}
+	if err != nil {
+		return fmt.Errorf("commit error of %s: %w", c, err)
 	}
 	return nil
 }

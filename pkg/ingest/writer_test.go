@@ -328,3 +328,60 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestStoreWriterResetClearsError: a reset after a definite error (a
+// re-snapshot) gives the collection contents again from its time; reads
+// between the two fail with the error; the rows in between are never
+// committed.
+func TestStoreWriterResetClearsError(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	user := []arrow.Field{{Name: "k", Type: arrow.PrimitiveTypes.Int64}}
+	sh, err := st.CreateShard(ctx, "c", arrow.NewSchema(user, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := arrow.NewSchema(append(append([]arrow.Field{}, user...),
+		arrow.Field{Name: "_time", Type: arrow.PrimitiveTypes.Uint64}, arrow.Field{Name: "_diff", Type: arrow.PrimitiveTypes.Int64}), nil)
+	data := func(w *storeWriter, k int64, at uint64) {
+		b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+		defer b.Release()
+		b.Field(0).(*array.Int64Builder).Append(k)
+		b.Field(1).(*array.Uint64Builder).Append(at)
+		b.Field(2).(*array.Int64Builder).Append(1)
+		r := b.NewRecord()
+		defer r.Release()
+		must(t, w.Data("c", schema, r))
+	}
+	w := newStoreWriter(st, "src", []string{"c"})
+	defer w.Close()
+	data(w, 1, 10)
+	must(t, w.Error("c", 20, "column added"))
+	data(w, 2, 25)
+	must(t, w.Progress(26))
+	data(w, 3, 27) // after a progress: still under the error
+	must(t, w.Reset("c", 30, nil))
+	data(w, 4, 30)
+	must(t, w.Progress(40))
+	must(t, w.Flush())
+	var de *store.DefiniteError
+	for at, want := range map[uint64]int{19: 1, 30: 1, 39: 1} {
+		n, err := readAsOf(ctx, sh, at)
+		if err != nil || n != want {
+			t.Errorf("as of %d: %d rows, %v; want %d", at, n, err, want)
+		}
+	}
+	for _, at := range []uint64{20, 25, 29} {
+		if _, err := readAsOf(ctx, sh, at); !errors.As(err, &de) || de.Time != 20 {
+			t.Errorf("as of %d: %v, want the error at 20", at, err)
+		}
+	}
+	rec, err := sh.ReadAsOf(ctx, 39)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	if rec.NumRows() != 1 || rec.Column(0).ValueStr(0) != "4" {
+		t.Errorf("as of 39: %v, want only the row after the reset", rec)
+	}
+}

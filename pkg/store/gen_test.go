@@ -374,7 +374,8 @@ func TestNewGenerationReplay(t *testing.T) {
 }
 
 // TestGenerationErrors: a definite error holds for every read at or after
-// it, whatever the generation.
+// it until a later generation starts (a re-snapshot clears it); changes
+// over a range with an errored time fail.
 func TestGenerationErrors(t *testing.T) {
 	ctx := context.Background()
 	sh := createTest(t, openTest(t, t.TempDir(), Options{}), "db.t", testFields)
@@ -385,15 +386,27 @@ func TestGenerationErrors(t *testing.T) {
 	newGenTest(t, sh, 11, testFields)
 	appendTest(t, sh, testFields, 11, 20, []upd{{row(2, "b"), 12, 1}})
 	var de *DefiniteError
-	for _, at := range []uint64{10, 11, 15} {
-		if _, err := sh.ReadAsOf(ctx, at); !errors.As(err, &de) || de.Time != 10 {
-			t.Fatalf("read as of %d: %v, want the definite error at 10", at, err)
-		}
-	}
-	if _, err := sh.Changes(ctx, 5, 15); !errors.As(err, &de) {
-		t.Fatalf("changes across the error and the generation: %v", err)
+	if _, err := sh.ReadAsOf(ctx, 10); !errors.As(err, &de) || de.Time != 10 {
+		t.Fatalf("read as of 10: %v, want the definite error at 10", err)
 	}
 	checkAsOf(t, ctx, sh, &model{ups: []upd{{row(1, "a"), 1, 1}}}, 2, 9)
+	checkAsOf(t, ctx, sh, &model{ups: []upd{{row(2, "b"), 12, 1}}, gens: []uint64{11}}, 2, 11)
+	checkAsOf(t, ctx, sh, &model{ups: []upd{{row(2, "b"), 12, 1}}, gens: []uint64{11}}, 2, 15)
+	for _, r := range [][2]uint64{{5, 15}, {9, 10}} {
+		if _, err := sh.Changes(ctx, r[0], r[1]); !errors.As(err, &de) {
+			t.Fatalf("changes in (%d, %d], across the error: %v", r[0], r[1], err)
+		}
+	}
+	checkChanges(t, ctx, sh, &model{ups: []upd{{row(2, "b"), 12, 1}}, gens: []uint64{11}}, 2, 11, 15)
+	// Without a generation after it, the error holds for ever.
+	sh2 := createTest(t, openTest(t, t.TempDir(), Options{}), "db.u", testFields)
+	appendTest(t, sh2, testFields, 0, 10, nil)
+	if _, err := sh2.AppendError(ctx, 10, 30, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sh2.ReadAsOf(ctx, 29); !errors.As(err, &de) {
+		t.Fatalf("read as of 29: %v, want the definite error", err)
+	}
 }
 
 // TestGenerationCompaction: compaction merges within a generation only;

@@ -520,9 +520,24 @@ func (sh *Shard) Info(ctx context.Context) (Info, error) {
 }
 
 // firstError returns the earliest definite error at or before t.
-func (sh *Shard) firstError(m *Manifest, t uint64) error {
+//
+// An error holds from its time until a later generation starts (a
+// re-snapshot of the collection clears it).
+func (sh *Shard) firstError(m *Manifest, t uint64) error { return sh.errorDuring(m, t, t) }
+
+// errorDuring returns the earliest definite error in force at some time
+// in [lo, hi].
+func (sh *Shard) errorDuring(m *Manifest, lo, hi uint64) error {
 	for _, e := range m.Errors {
-		if e.Time <= t {
+		if e.Time > hi {
+			continue
+		}
+		x := max(e.Time, lo)
+		cleared := false
+		for _, g := range m.Generations {
+			cleared = cleared || e.Time < g.Start && g.Start <= x
+		}
+		if !cleared {
 			return &DefiniteError{Collection: sh.name, Time: e.Time, Message: e.Message}
 		}
 	}
@@ -682,7 +697,7 @@ func (sh *Shard) Changes(ctx context.Context, t1, t2 uint64) (arrow.Record, erro
 		case t1 < m.Since:
 			return &NotReadableError{Collection: sh.name, Op: "changes of", Time: t1, Since: m.Since, Upper: m.Upper}
 		}
-		if err := sh.firstError(m, t2); err != nil {
+		if err := sh.errorDuring(m, t1+1, t2); err != nil {
 			return err
 		}
 		gs, err := sh.gensOf(m)
