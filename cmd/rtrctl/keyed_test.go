@@ -120,9 +120,12 @@ func startKeyedWriter(t *testing.T, db *ingestDB, pause time.Duration) *keyedWri
 	for k := range items {
 		w.initial["public.items"][itemRow(k)] = 1
 	}
+	// A transaction once begun is seen through, and logged: stopping the
+	// writer (ctx) must not leave a committed one out of the log.
+	tctx := context.Background()
 	lsn := func() (frontier.LSN, error) {
 		var s string
-		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
+		if err := conn.QueryRow(tctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
 			return 0, err
 		}
 		return frontier.ParseLSN(s)
@@ -153,14 +156,11 @@ func startKeyedWriter(t *testing.T, db *ingestDB, pause time.Duration) *keyedWri
 			acc := func(id int, diff int64) { ds = append(ds, keyedDelta{"public.accounts", accRow(id), diff}) }
 			item := func(k string, diff int64) { ds = append(ds, keyedDelta{"public.items", itemRow(k), diff}) }
 			var kind string
-			// The model changes only once the transaction commits: work on
-			// copies.
-			saveAcc, saveItems := maps.Clone(accounts), maps.Clone(items)
 			before, err := lsn()
 			if err == nil {
-				err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				err = pgx.BeginFunc(tctx, conn, func(tx pgx.Tx) error {
 					exec := func(sql string, args ...any) error {
-						tag, err := tx.Exec(ctx, sql, args...)
+						tag, err := tx.Exec(tctx, sql, args...)
 						if err == nil && tag.RowsAffected() != 1 {
 							err = fmt.Errorf("%s %v: %d rows", sql, args, tag.RowsAffected())
 						}
@@ -270,10 +270,7 @@ func startKeyedWriter(t *testing.T, db *ingestDB, pause time.Duration) *keyedWri
 				after, err = lsn()
 			}
 			if err != nil {
-				accounts, items = saveAcc, saveItems
-				if ctx.Err() == nil {
-					w.err = err
-				}
+				w.err = err // the test fails: the model is not restored
 				return
 			}
 			w.mu <- struct{}{}
@@ -327,7 +324,7 @@ func (w *keyedWriter) failed(t *testing.T) {
 // in. The snapshot's binding (frontier 1, time 0 standing for the slot's
 // start) may be any state of the log. matched counts the bindings
 // checked.
-func exactChecks(log []keyedTxn, initial keyedModel, matched *int) walkOpts {
+func exactChecks(log []keyedTxn, initial keyedModel, matched *int, more func() []keyedTxn) walkOpts {
 	model := keyedModel{}
 	for c, rows := range initial {
 		model[c] = maps.Clone(rows)
@@ -367,7 +364,22 @@ func exactChecks(log []keyedTxn, initial keyedModel, matched *int) walkOpts {
 						d = append(d, c+": "+rowsDiff(cs[c].rows, rows))
 					}
 				}
-				return fmt.Sprintf("the contents are none of the upstream's states after %d..%d transactions (of %d logged); against %d: %s", start, hi, len(log), k, strings.Join(d, "; "))
+				// Diagnosis: is the store at a later state of the log as it
+				// is now (the log was read too early), or at none?
+				ahead := -1
+				later := more()
+				for j := k; j < len(later) && j < k+200 && ahead < 0; j++ {
+					model.apply(later[j].deltas, +1)
+					if equal() {
+						ahead = j + 1
+					}
+				}
+				var kinds []string
+				for j := max(0, start-3); j < len(later) && j < start+3; j++ {
+					kinds = append(kinds, fmt.Sprintf("%d:%s[%s,%s)", j, later[j].kind, later[j].before, later[j].after))
+				}
+				return fmt.Sprintf("the contents are none of the upstream's states after %d..%d transactions (of %d logged; state after %d of the %d logged now: %v; around: %s); against %d: %s",
+					start, hi, len(log), ahead, len(later), ahead >= 0, strings.Join(kinds, " "), k, shortDiff(strings.Join(d, "; ")))
 			}
 			model.apply(log[k].deltas, +1)
 			k++
@@ -433,7 +445,7 @@ func TestIngestKeyedIdentityKillLoop(t *testing.T) {
 		if strings.Contains(string(p.stderr.bytes()), "definite error") {
 			t.Fatalf("run %d: a definite error\nstderr:\n%s", k, p.stderr.bytes())
 		}
-		w := walkStore(t, dir, "pg", keyedCollections, exactChecks(writer.log(), writer.initial, &matched))
+		w := walkStore(t, dir, "pg", keyedCollections, exactChecks(writer.log(), writer.initial, &matched, writer.log))
 		for tm, h := range seen {
 			if got, ok := w.hashes[tm]; !ok || got != h {
 				t.Fatalf("run %d: the contents at time %d changed after a restart (hash %q, was %q)", k, tm, got, h)
@@ -491,4 +503,9 @@ func TestIngestIdentityBecomesDefault(t *testing.T) {
 	if want := db.tableRows(t, "t", spec[0].cols); !equalRows(w.last["public.t"].rows, want) {
 		t.Errorf("public.t at the end differs from SELECT *: %s", rowsDiff(w.last["public.t"].rows, want))
 	}
+}
+
+// shortDiff cuts the long notes out of a diff.
+func shortDiff(s string) string {
+	return regexp.MustCompile(`(n\d+-){3,}`).ReplaceAllStringFunc(s, func(m string) string { return fmt.Sprintf("%s...(%d)", m[:6], len(m)) })
 }
