@@ -30,6 +30,13 @@ fails at once.
 The replication slot (--slot, default rtr_<source-id>) is acknowledged only
 up to what every collection has durably committed.
 
+PostgreSQL tables may have REPLICA IDENTITY FULL, DEFAULT (with a primary
+key) or USING INDEX: for the latter two the ingest keeps the current row of
+every key in memory, rebuilt from the store at each start (about 55 bytes
+per key beyond the row itself; logged as "key state rebuilt from the
+store"). Tables without a key (NOTHING, DEFAULT without a primary key) are
+refused. docs/replicate.md, "Replica identity".
+
 MySQL/MariaDB (--source mysql --tables db.t1,db.t2): snapshot, then the
 binlog; source id mysql. docs/mysql.md.
 

@@ -44,8 +44,11 @@ partition after every fetch (it steps over transaction markers); --stop-at
 takes a kafka frontier (partition:next_offset,..., what 'rtrctl frontier
 --source kafka' prints) and exits 0 once progress covers it. docs/kafka.md.
 
-Tables need REPLICA IDENTITY FULL; docs/replicate.md lists every error and
-docs/types-postgres.md the column types.
+Tables need REPLICA IDENTITY FULL here: a standalone stream keeps no rows,
+so it cannot retract the old row of an update or delete under DEFAULT (the
+primary key) or USING INDEX. 'rtrctl ingest' takes those: it keeps the
+current row of every key (docs/replicate.md, "Replica identity"). That
+document lists every error, docs/types-postgres.md the column types.
 
 Examples:
   rtrctl replicate --source pg --dsn postgres://app@127.0.0.1/app --publication rtr --slot rtr_app > changes.arrow

@@ -28,8 +28,9 @@ copy are read from the slot (without confirming it) and subtracted. Run it
 again and it writes the same contents. See docs/snapshot.md.
 
 The slot is created (plugin pgoutput) if missing. The tables must be in the
-publication and have REPLICA IDENTITY FULL. Nothing else may consume the slot
-while the snapshot runs.
+publication and have REPLICA IDENTITY FULL ('rtrctl ingest' also takes
+DEFAULT and USING INDEX, see docs/replicate.md). Nothing else may consume the
+slot while the snapshot runs.
 
 Progress goes to stderr: a progress bar on a terminal, otherwise a log line
 every --progress-interval; at the end a summary.

@@ -174,7 +174,7 @@ func TestSnapshotCLIErrors(t *testing.T) {
 		{"table not in publication", []string{"--dsn", dsn, "--publication", "pub", "--slot", slot, "--tables", "items,outside"}, exitError,
 			[]string{"public.outside: table is not in the publication pub", "hint: run: ALTER PUBLICATION pub ADD TABLE public.outside\n"}},
 		{"replica identity", []string{"--dsn", dsn, "--publication", "pub2", "--slot", slot}, exitError,
-			[]string{"replica identity is not FULL: public.plain is DEFAULT", "hint: run: ALTER TABLE public.plain REPLICA IDENTITY FULL;\n"}},
+			[]string{"replica identity is not FULL: public.plain is DEFAULT", "hint: run: ALTER TABLE public.plain REPLICA IDENTITY FULL; (or use 'rtrctl ingest'"}},
 		{"wal_level replica", []string{"--dsn", replica.DSN(), "--publication", "pub", "--slot", slot}, exitError,
 			[]string{`wal_level is "replica"`, "hint: run: ALTER SYSTEM SET wal_level = logical"}},
 	}

@@ -20,12 +20,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rtrctl/rtrctl/internal/hint"
+	"github.com/rtrctl/rtrctl/internal/retry"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
@@ -65,6 +69,16 @@ type PG struct {
 	// tables are the collections this run ingests: the slot also streams
 	// the publication's other tables, which a --tables subset drops.
 	tables map[string]bool
+	tabs   map[string]*pgarrow.Table // by collection, as Open read them
+
+	// Key states of the collections whose replica identity is not FULL
+	// (replicate.KeyState), rebuilt from the store by Resume.
+	states  map[string]*replicate.KeyState
+	errored map[string]bool
+	// needState are collections that a stream found not FULL while they
+	// had no key state (the identity changed after Resume): the next
+	// Resume builds theirs whatever the catalog says.
+	needState map[string]bool
 }
 
 // NewPG returns the PostgreSQL source of cfg.
@@ -76,7 +90,7 @@ func NewPG(cfg PGConfig) *PG {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &PG{cfg: cfg, log: log, nudge: make(chan struct{}, 1)}
+	return &PG{cfg: cfg, log: log, nudge: make(chan struct{}, 1), needState: map[string]bool{}}
 }
 
 // DefaultSlot is the slot name of source in st when none is given: unique
@@ -124,9 +138,12 @@ func (p *PG) Open(ctx context.Context, st *store.Store) ([]Timeline, error) {
 	tl := Timeline{ID: cfg.Source, Kind: "pg", Domain: frontier.DomainLSN,
 		Upstream: map[string]string{"dsn": cfg.Upstream.String(), "publication": cfg.Publication, "slot": cfg.Slot}}
 	p.tables = map[string]bool{}
+	p.tabs = map[string]*pgarrow.Table{}
+	p.states, p.errored = nil, nil
 	for _, t := range tabs {
 		tl.Collections = append(tl.Collections, Collection{Name: t.QualifiedName(), Schema: arrow.NewSchema(t.Fields(), nil)})
 		p.tables[t.QualifiedName()] = true
+		p.tabs[t.QualifiedName()] = t
 	}
 	tl.Prober = probe.NewPostgres(cfg.Upstream)
 	return []Timeline{tl}, nil
@@ -134,10 +151,16 @@ func (p *PG) Open(ctx context.Context, st *store.Store) ([]Timeline, error) {
 
 // Snapshot implements Snapshotter: PostgreSQL's time 0 is the slot's
 // start, whatever start says (the slot is acknowledged only past what
-// every collection has made durable, so it is still there).
-func (p *PG) Snapshot(ctx context.Context, _ string, collections []string, _ frontier.Frontier, sink pipe.Sink) error {
+// every collection has made durable, so it is still there). Tables whose
+// replica identity is DEFAULT or USING INDEX are accepted (Resume and
+// Stream keep their rows by key); while no binding holds the slot's
+// start (start is empty), a snapshot of such tables creates the slot
+// afresh with the copy's snapshot, so that no change to an older row
+// needs rewinding.
+func (p *PG) Snapshot(ctx context.Context, _ string, collections []string, start frontier.Frontier, sink pipe.Sink) error {
 	res, err := snapshot.PG(ctx, snapshot.Config{
 		Upstream: p.cfg.Upstream, Publication: p.cfg.Publication, Slot: p.cfg.Slot, Tables: collections, Parallel: p.cfg.Parallel, Logger: p.log,
+		KeyedIdentity: true, Recreate: start.IsEmpty(),
 	}, sink)
 	if err != nil {
 		return err
@@ -155,15 +178,116 @@ func (p *PG) Stream(ctx context.Context, r StreamRequest) error {
 		// start, so replication starts where the slot does.
 		startLSN = 0
 	}
-	return replicate.StreamPG(ctx, replicate.PGConfig{
+	err := replicate.StreamPG(ctx, replicate.PGConfig{
 		Upstream: p.cfg.Upstream, Publication: p.cfg.Publication, Slot: p.cfg.Slot,
 		StartLSN: startLSN, Nudge: p.nudge, RetryFor: r.RetryFor, Expect: r.Schema,
 		Ack: func(ctx context.Context) (frontier.LSN, error) {
 			f, err := r.Ack(ctx, id)
 			return frontier.LSN(f.Pos()), err
 		},
-		Logger: p.log,
+		KeyState: p.keyState,
+		Logger:   p.log,
 	}, onlySink{r.Sink, p.tables})
+	if ne, ok := errors.AsType[*needStateError](err); ok {
+		// Resume again, with this collection's rows read from the store.
+		p.needState[ne.collection] = true
+		return retry.Soon(err, 0)
+	}
+	return err
+}
+
+// needStateError: a collection without a key state turned out not to be
+// FULL in the stream.
+type needStateError struct {
+	collection string
+	identity   string
+}
+
+func (e *needStateError) Error() string {
+	return fmt.Sprintf("the replica identity of %s is %s in the stream, and its rows by key were not read from the store (it was FULL): resuming again to read them",
+		e.collection, strings.ToUpper(e.identity))
+}
+
+// keyState is the stream's replicate.PGConfig.KeyState.
+func (p *PG) keyState(t *pgarrow.Table) (*replicate.KeyState, error) {
+	name := t.QualifiedName()
+	if st := p.states[name]; st != nil || !p.tables[name] || p.errored[name] || t.ReplicaIdentity == "full" {
+		return st, nil
+	}
+	if p.needState[name] {
+		return nil, nil // asked already: the stream stops the collection
+	}
+	return nil, &needStateError{collection: name, identity: t.ReplicaIdentity}
+}
+
+// Resume implements Resumer: the key state of every collection whose
+// table's replica identity is not FULL (the primary key's or the USING
+// INDEX index's columns) is the collection as of the last time every
+// collection is durable at (the stream starts again from there), folded
+// a batch at a time.
+func (p *PG) Resume(ctx context.Context, r Resume) error {
+	p.states, p.errored = map[string]*replicate.KeyState{}, r.Errored
+	keyed := len(p.needState) > 0
+	for _, t := range p.tabs {
+		keyed = keyed || t.ReplicaIdentity != "full"
+	}
+	if !keyed {
+		return nil // FULL only (as Open read them): no state
+	}
+	conn, err := p.cfg.Upstream.Connect(ctx)
+	if err != nil {
+		return fmt.Errorf("rebuild key states: %w", err)
+	}
+	ids, err := replicate.LoadIdentities(ctx, conn, p.cfg.Publication)
+	conn.Close(context.Background())
+	if err != nil {
+		return fmt.Errorf("rebuild key states: %w", err)
+	}
+	byName := map[string]replicate.Identity{}
+	for _, id := range ids {
+		byName[id.QualifiedName()] = id
+	}
+	names := slices.Sorted(maps.Keys(r.Shards))
+	for _, name := range names {
+		sh, t := r.Shards[name], p.tabs[name]
+		id, ok := byName[name]
+		full := !ok || id.Kind == "full"
+		if r.Errored[name] || t == nil || full && !p.needState[name] {
+			continue
+		}
+		key := id.Key
+		if len(key) == 0 {
+			if !full {
+				continue // no key: the stream stops it
+			}
+			for _, c := range t.Columns {
+				key = append(key, c.Name)
+			}
+		}
+		st, err := replicate.NewKeyState(t, key)
+		if err != nil {
+			return fmt.Errorf("rebuild key states: %w", err)
+		}
+		began := time.Now()
+		if r.Durable > 0 {
+			err := sh.ScanAsOf(ctx, r.Durable-1, st.ResetState, st.AddState)
+			if err == nil {
+				err = st.EndState()
+			}
+			if err != nil {
+				return hint.Wrap(fmt.Errorf("rebuild key states: %s as of %d: %w", name, r.Durable-1, err),
+					fmt.Sprintf("the key state of %s (replica identity %s) is read from the store; if the table's columns changed while the ingest was not running, snapshot it again in a new store", name, strings.ToUpper(id.Kind)))
+			}
+		}
+		p.states[name] = st
+		perKey := 0
+		if st.Len() > 0 {
+			perKey = st.Bytes() / st.Len()
+		}
+		p.log.Info("key state rebuilt from the store", "source", r.Timeline, "collection", name, "identity", id.Kind, "key", strings.Join(key, ","),
+			"keys", st.Len(), "bytes", st.Bytes(), "bytes_per_key", perKey, "as_of", max(r.Durable, 1)-1, "took", time.Since(began).Round(time.Millisecond).String())
+	}
+	return nil
 }
 
 // onlySink passes on the data and errors of the collections in keep, and

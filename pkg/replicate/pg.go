@@ -76,6 +76,15 @@ type PGConfig struct {
 	// while nobody followed it, and gets a definite error at once instead
 	// of data the collection cannot take.
 	Expect func(collection string) *arrow.Schema
+	// KeyState, when set, lets tables whose replica identity is DEFAULT
+	// (the primary key) or USING INDEX be streamed: it is asked for the
+	// key state of every relation the stream introduces (t.ReplicaIdentity
+	// says which identity it has now) and returns the state the stream
+	// keeps its rows in, or nil for none (then a table that is not FULL
+	// stops with a definite error); an error ends the stream. A state
+	// must hold the collection as of the stream's start and is changed by
+	// the stream only. Without KeyState every table must be FULL.
+	KeyState func(t *pgarrow.Table) (*KeyState, error)
 	// Mem allocates Arrow buffers; nil means memory.DefaultAllocator.
 	Mem memory.Allocator
 	// Logger logs reconnects; nil means slog.Default().
@@ -125,7 +134,7 @@ func StreamPG(ctx context.Context, cfg PGConfig, sink pipe.Sink) error {
 		delete(c.RuntimeParams, "replication")
 	})
 	s := &pgStreamer{cfg: cfg, pg: pg}
-	s.dec = newDecoder(sink, cfg.Mem, s.resolve, cfg.FlushRows, cfg.FlushBytes, cfg.StopAt)
+	s.dec = newDecoder(sink, cfg.Mem, s.resolve, cfg.KeyState, cfg.FlushRows, cfg.FlushBytes, cfg.StopAt)
 	s.dec.expect = cfg.Expect
 	defer s.dec.release()
 	defer s.closeCatalog()
@@ -283,30 +292,12 @@ func (s *pgStreamer) check(ctx context.Context, first bool, start *frontier.LSN)
 			fmt.Sprintf("create it: CREATE PUBLICATION %s FOR TABLE public.orders, ...; (or FOR ALL TABLES)", pgarrow.QuoteIdent(s.cfg.Publication)))
 	}
 	if first {
-		rows, err := c.Query(ctx, `SELECT n.nspname, c.relname, c.relreplident::text
-			FROM pg_catalog.pg_publication_tables pt
-			JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname
-			JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
-			WHERE pt.pubname = $1 AND c.relreplident <> 'f' ORDER BY 1, 2`, s.cfg.Publication)
+		ids, err := LoadIdentities(ctx, c, s.cfg.Publication)
 		if err != nil {
-			return fmt.Errorf("replicate postgres: read tables of publication %s: %w", s.cfg.Publication, err)
+			return fmt.Errorf("replicate postgres: %w", err)
 		}
-		var names, fixes []string
-		for rows.Next() {
-			var ns, rel, ident string
-			if err := rows.Scan(&ns, &rel, &ident); err != nil {
-				rows.Close()
-				return fmt.Errorf("replicate postgres: read tables of publication %s: %w", s.cfg.Publication, err)
-			}
-			names = append(names, fmt.Sprintf("%s (%s)", pgarrow.CollectionName(ns, rel), strings.ToUpper(pgarrow.ReplicaIdentityName(ident[0]))))
-			fixes = append(fixes, fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY FULL;", pgarrow.TableName{Schema: ns, Name: rel}.SQL()))
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("replicate postgres: read tables of publication %s: %w", s.cfg.Publication, err)
-		}
-		if len(names) > 0 {
-			return hint.Wrap(fmt.Errorf("replicate postgres: %w for %s in publication %s: updates and deletes would lack the old row",
-				errReplicaIdentity, strings.Join(names, ", "), s.cfg.Publication), "run: "+strings.Join(fixes, " "))
+		if err := CheckIdentities(ids, s.cfg.KeyState != nil, s.cfg.Publication); err != nil {
+			return fmt.Errorf("replicate postgres: %w", err)
 		}
 	}
 	var plugin, db, walStatus *string

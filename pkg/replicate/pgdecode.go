@@ -3,6 +3,7 @@ package replicate
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/apache/arrow/go/v17/arrow"
@@ -14,6 +15,10 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 )
+
+// keyStateFunc returns the key state of a relation's collection (nil:
+// none), as PGConfig.KeyState.
+type keyStateFunc func(t *pgarrow.Table) (*KeyState, error)
 
 // resolveFunc turns a pgoutput Relation message into a table, looking up
 // type names (and NOT NULL) in the catalog.
@@ -40,6 +45,11 @@ type relation struct {
 	diffs   []int64
 	stopped bool // a definite error was reported: ignore its changes
 	pending bool // in decoder.dirty
+	// state, when set, holds the collection's current row by key: the
+	// old rows of updates and deletes come from it (replica identity
+	// DEFAULT or USING INDEX, or FULL after either).
+	state *KeyState
+	key   []int // the replica identity's columns (the Relation message's flags)
 }
 
 // decoder turns pgoutput messages into Sink calls. It holds no connection:
@@ -50,6 +60,7 @@ type decoder struct {
 	mem        memory.Allocator
 	resolve    resolveFunc
 	expect     func(collection string) *arrow.Schema
+	keyState   keyStateFunc
 	flushRows  int
 	flushBytes int
 	stopAt     frontier.LSN
@@ -57,6 +68,11 @@ type decoder struct {
 	rels    map[uint32]*relation
 	stopped map[string]bool // collections with a definite error
 	dirty   []*relation     // relations with rows in their builders
+	// undo takes the key states back to what was emitted: the changes
+	// made since the last flush, in order (interrupted drops those rows).
+	undo []undoEntry
+	row  []byte // scratch: an encoded row
+	key  []byte // scratch: an encoded key
 
 	upper frontier.LSN // last progress reported
 
@@ -76,8 +92,15 @@ type decoder struct {
 	done bool // StopAt reached
 }
 
-func newDecoder(sink pipe.Sink, mem memory.Allocator, resolve resolveFunc, flushRows, flushBytes int, stopAt frontier.LSN) *decoder {
-	return &decoder{sink: sink, mem: mem, resolve: resolve, flushRows: flushRows, flushBytes: flushBytes, stopAt: stopAt,
+// undoEntry is what one key had before a change not yet emitted.
+type undoEntry struct {
+	st       *KeyState
+	key, row string
+	had      bool
+}
+
+func newDecoder(sink pipe.Sink, mem memory.Allocator, resolve resolveFunc, keyState keyStateFunc, flushRows, flushBytes int, stopAt frontier.LSN) *decoder {
+	return &decoder{sink: sink, mem: mem, resolve: resolve, keyState: keyState, flushRows: flushRows, flushBytes: flushBytes, stopAt: stopAt,
 		rels: map[uint32]*relation{}, stopped: map[string]bool{}}
 }
 
@@ -107,9 +130,16 @@ func (d *decoder) keepalive(walEnd frontier.LSN) error {
 }
 
 // interrupted is called when the connection is lost: unflushed rows are
-// dropped, and the part of the open transaction that was emitted will be
-// skipped when the server sends it again.
+// dropped (and the key states taken back to what was emitted), and the
+// part of the open transaction that was emitted will be skipped when the
+// server sends it again.
 func (d *decoder) interrupted() {
+	for i := len(d.undo) - 1; i >= 0; i-- {
+		u := d.undo[i]
+		u.st.restore(u.key, u.row, u.had)
+	}
+	clear(d.undo)
+	d.undo = d.undo[:0]
 	for _, r := range d.dirty {
 		for _, a := range r.b.NewArrays() {
 			a.Release()
@@ -169,10 +199,16 @@ func (d *decoder) handle(ctx context.Context, m pglogrepl.Message) error {
 		return d.relation(ctx, m)
 	case *pglogrepl.InsertMessage:
 		return d.dml(m.RelationID, func(r *relation) error {
+			if r.state != nil {
+				return d.insertKeyed(r, m.Tuple)
+			}
 			return d.appendTuple(r, m.Tuple, nil, +1)
 		})
 	case *pglogrepl.UpdateMessage:
 		return d.dml(m.RelationID, func(r *relation) error {
+			if r.state != nil {
+				return d.updateKeyed(r, m.OldTuple, m.NewTuple)
+			}
 			if m.OldTuple == nil || m.OldTupleType != pglogrepl.UpdateMessageTupleTypeOld {
 				return d.stop(r, fmt.Sprintf("an UPDATE of %s at %s came without the old row (replica identity %s); the collection stops here: run ALTER TABLE %s REPLICA IDENTITY FULL and re-snapshot it",
 					r.table.QualifiedName(), d.txnLSN, r.table.ReplicaIdentity, r.table.QuotedName()))
@@ -184,6 +220,9 @@ func (d *decoder) handle(ctx context.Context, m pglogrepl.Message) error {
 		})
 	case *pglogrepl.DeleteMessage:
 		return d.dml(m.RelationID, func(r *relation) error {
+			if r.state != nil {
+				return d.deleteKeyed(r, m.OldTuple)
+			}
 			if m.OldTuple == nil || m.OldTupleType != pglogrepl.DeleteMessageTupleTypeOld {
 				return d.stop(r, fmt.Sprintf("a DELETE from %s at %s came without the old row (replica identity %s); the collection stops here: run ALTER TABLE %s REPLICA IDENTITY FULL and re-snapshot it",
 					r.table.QualifiedName(), d.txnLSN, r.table.ReplicaIdentity, r.table.QuotedName()))
@@ -204,11 +243,13 @@ func (d *decoder) handle(ctx context.Context, m pglogrepl.Message) error {
 				if r == nil || r.stopped {
 					continue
 				}
+				d.truncateState(r)
 				if err := sinkErr(d.sink.Reset(r.table.QualifiedName(), frontier.Time{Pos: uint64(d.txnLSN)}, nil)); err != nil {
 					return err
 				}
 			}
-			return nil
+			// The resets are handed over: a reconnect does not repeat them.
+			return d.flush()
 		})
 	case *pglogrepl.TypeMessage, *pglogrepl.OriginMessage, *pglogrepl.LogicalDecodingMessage:
 		return nil
@@ -280,11 +321,17 @@ func (d *decoder) relation(ctx context.Context, m *pglogrepl.RelationMessage) er
 		cols[i] = pgarrow.Column{Name: c.Name, TypeOID: c.DataType, TypeMod: c.TypeModifier}
 	}
 	ident := pgarrow.ReplicaIdentityName(m.ReplicaIdentity)
+	var key []int // the replica identity's columns
+	for i, c := range m.Columns {
+		if c.Flags&1 != 0 {
+			key = append(key, i)
+		}
+	}
 	if old != nil {
 		if change := describeChange(old.table, cols, name); change != "" {
 			return d.stop(old, fmt.Sprintf("%s at %s; the collection stops here: re-snapshot it", change, d.at()))
 		}
-		if old.table.QualifiedName() == name && old.table.ReplicaIdentity == ident {
+		if old.table.QualifiedName() == name && old.table.ReplicaIdentity == ident && slices.Equal(old.key, key) {
 			return nil // the same relation again (a new session, or a harmless ALTER)
 		}
 	}
@@ -295,7 +342,7 @@ func (d *decoder) relation(ctx context.Context, m *pglogrepl.RelationMessage) er
 	if err != nil {
 		return fmt.Errorf("resolve relation %s: %w", name, err)
 	}
-	r := &relation{table: t}
+	r := &relation{table: t, key: key}
 	d.rels[m.RelationID] = r
 	if old == nil && d.expect != nil {
 		if exp := d.expect(name); exp != nil {
@@ -304,9 +351,37 @@ func (d *decoder) relation(ctx context.Context, m *pglogrepl.RelationMessage) er
 			}
 		}
 	}
-	if ident != "full" {
-		return d.stop(r, fmt.Sprintf("replica identity of %s is %s at %s, so updates and deletes lack the old row; the collection stops here: run ALTER TABLE %s REPLICA IDENTITY FULL and re-snapshot it",
+	if ident != "full" && len(key) == 0 {
+		why, fix := ", and it has no primary key", "give it a primary key"
+		if ident == "nothing" {
+			why, fix = "", "give it a primary key and REPLICA IDENTITY DEFAULT"
+		}
+		return d.stop(r, fmt.Sprintf("replica identity of %s is %s at %s%s, so updates and deletes do not say which row they change; the collection stops here: run ALTER TABLE %s REPLICA IDENTITY FULL (or %s) and re-snapshot it",
+			name, strings.ToUpper(ident), d.at(), why, t.QuotedName(), fix))
+	}
+	if d.keyState != nil {
+		if r.state, err = d.keyState(t); err != nil {
+			return sinkErr(err)
+		}
+	}
+	if ident != "full" && r.state == nil {
+		return d.stop(r, fmt.Sprintf("replica identity of %s is %s at %s, so updates and deletes lack the old row, and this stream keeps no rows by key (rtrctl ingest does); the collection stops here: run ALTER TABLE %s REPLICA IDENTITY FULL and re-snapshot it, or ingest it with rtrctl ingest",
 			name, strings.ToUpper(ident), d.at(), t.QuotedName()))
+	}
+	if r.state != nil {
+		if change := stateChange(r.state, t); change != "" {
+			return d.stop(r, fmt.Sprintf("%s at %s; the collection stops here: re-snapshot it", change, d.at()))
+		}
+		if ident != "full" {
+			// Keyed by the identity's columns from now on. The undo log
+			// is emptied first: it holds keys of the old key columns.
+			if err := d.flush(); err != nil {
+				return err
+			}
+			if err := r.state.setKey(key); err != nil {
+				return d.stop(r, fmt.Sprintf("the replica identity of %s changed at %s, and its rows cannot be keyed by the new key: %v; the collection stops here: re-snapshot it", name, d.at(), err))
+			}
+		}
 	}
 	if old != nil {
 		// Renamed (same columns): a new collection name.
@@ -444,6 +519,8 @@ func (d *decoder) flush() error {
 	d.dirty = d.dirty[:0]
 	d.pendRow, d.pendB = 0, 0
 	d.emitted = d.seen
+	clear(d.undo)
+	d.undo = d.undo[:0]
 	return nil
 }
 

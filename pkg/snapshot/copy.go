@@ -30,6 +30,7 @@ type table struct {
 	rewound  int64         // changes rewound
 	colsSQL  string        // quoted column list
 	decs     []binDecoder  // binary COPY decoders; nil: COPY text
+	key      []string      // replica identity key when not FULL (Config.KeyedIdentity)
 }
 
 // task is one COPY: a whole table, or the ctid range of heap pages

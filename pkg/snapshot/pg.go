@@ -15,6 +15,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
+	"github.com/rtrctl/rtrctl/pkg/replicate"
 	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
@@ -57,6 +58,22 @@ type Config struct {
 	// whose column types all have a binary decoder, text for the others)
 	// or "text".
 	Format string
+	// KeyedIdentity accepts tables whose replica identity is DEFAULT (with
+	// a primary key) or USING INDEX, for a caller that keeps their rows by
+	// key (rtrctl ingest; pkg/replicate.KeyState). Their updates and
+	// deletes carry no old row, so the changes between the slot's start
+	// and the copy can be rewound only if each one's old row is a row the
+	// rewind saw inserted: a slot PG creates for such tables is created
+	// with the copy's own snapshot (nothing to rewind), and Recreate does
+	// so for an existing slot; otherwise a change to a row older than the
+	// slot fails the snapshot with ErrRewind. Without KeyedIdentity every
+	// table must be FULL.
+	KeyedIdentity bool
+	// Recreate (with KeyedIdentity, when a table is not FULL) drops an
+	// existing slot and creates it again with the copy's snapshot: for a
+	// caller to whom the slot's start means nothing yet (an ingest with
+	// nothing durable).
+	Recreate bool
 	// OnProgress, if set, is called after every record written, from the
 	// goroutine that calls the Sink.
 	OnProgress func(Progress)
@@ -173,17 +190,48 @@ func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 
-	slotLSN, created, err := EnsureSlot(ctx, conn, cfg.Slot)
+	// A table that is not FULL cannot have its changes to older rows
+	// rewound: a slot made for this snapshot is made with the copy's
+	// snapshot, so that there is nothing to rewind.
+	keyed := false
+	for _, tb := range tables {
+		keyed = keyed || tb.key != nil
+	}
+	var slotLSN frontier.LSN
+	created, withCopy := false, false
+	if keyed {
+		var found bool
+		if slotLSN, found, err = readSlot(ctx, conn, cfg.Slot); err != nil {
+			return nil, fmt.Errorf("snapshot: %w", err)
+		}
+		if found && cfg.Recreate {
+			log.Info("snapshot: dropping the slot to create it again with the copy's snapshot (nothing is bound to its start yet)", "slot", cfg.Slot, "slot_lsn", slotLSN)
+			if err := dropSlot(ctx, conn, cfg.Slot); err != nil {
+				return nil, fmt.Errorf("snapshot: %w", err)
+			}
+			found = false
+		}
+		withCopy = !found
+	}
+	if !withCopy {
+		if slotLSN, created, err = EnsureSlot(ctx, conn, cfg.Slot); err != nil {
+			return nil, fmt.Errorf("snapshot: %w", err)
+		}
+	}
+
+	permanent := ""
+	if withCopy {
+		permanent = cfg.Slot
+	}
+	snapLSN, err := copyTables(ctx, cfg, tables, sink, began, permanent)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	if withCopy {
+		slotLSN, created = snapLSN, true
 	}
 	res := &Result{SlotLSN: slotLSN, SlotCreated: created}
-	log.Debug("snapshot: slot", "slot", cfg.Slot, "slot_lsn", slotLSN, "created", created)
-
-	snapLSN, err := copyTables(ctx, cfg, tables, sink, began)
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: %w", err)
-	}
+	log.Debug("snapshot: slot", "slot", cfg.Slot, "slot_lsn", slotLSN, "created", created, "with_copy", withCopy)
 	res.SnapshotLSN = snapLSN
 	if snapLSN < slotLSN {
 		return nil, fmt.Errorf("snapshot: %w: snapshot at %s is older than slot %s at %s; is something else consuming the slot?",
@@ -246,16 +294,34 @@ func loadTables(ctx context.Context, conn *pgx.Conn, cfg Config) ([]*table, erro
 	var tables []*table
 	var bad []relName
 	var idents []string
+	keys := map[string][]string{}
+	if cfg.KeyedIdentity {
+		ids, err := replicate.LoadIdentities(ctx, conn, cfg.Publication)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			keys[id.QualifiedName()] = id.Key
+		}
+	}
 	for _, r := range rels {
 		t, err := pgarrow.LoadTableByName(ctx, conn, r)
 		if err != nil {
 			return nil, fmt.Errorf("describe %s: %w", r, err)
 		}
-		if t.ReplicaIdentity != "full" {
-			bad, idents = append(bad, r), append(idents, t.ReplicaIdentity)
+		key := keys[t.QualifiedName()]
+		if t.ReplicaIdentity != "full" && len(key) == 0 {
+			ident := t.ReplicaIdentity
+			if ident == "default" && cfg.KeyedIdentity {
+				ident = "default without a primary key"
+			}
+			bad, idents = append(bad, r), append(idents, ident)
 			continue
 		}
 		tb := &table{t: t, rel: r, name: t.QualifiedName(), schema: dataSchema(t), colsSQL: columnList(t)}
+		if t.ReplicaIdentity != "full" {
+			tb.key = key
+		}
 		if decs, ok := binaryDecoders(t); ok && cfg.Format == "auto" {
 			tb.decs = decs
 		}
@@ -270,7 +336,7 @@ func loadTables(ctx context.Context, conn *pgx.Conn, cfg Config) ([]*table, erro
 		tables = append(tables, tb)
 	}
 	if len(bad) > 0 {
-		return nil, replicaIdentityError(bad, idents)
+		return nil, replicaIdentityError(bad, idents, cfg.KeyedIdentity)
 	}
 	return tables, nil
 }
@@ -314,7 +380,10 @@ func plan(tables []*table, parallel int, rangePages int64) []task {
 // copyTables exports a snapshot pinned to an LSN, copies every table
 // against it on cfg.Parallel connections and writes the rows to sink. It
 // returns the snapshot's LSN.
-func copyTables(ctx context.Context, cfg Config, tables []*table, sink pipe.Sink, began time.Time) (frontier.LSN, error) {
+// copyTables copies the tables in one snapshot and returns its LSN. With
+// permanent, the snapshot is that of the permanent slot it names, created
+// here; else of a temporary slot.
+func copyTables(ctx context.Context, cfg Config, tables []*table, sink pipe.Sink, began time.Time, permanent string) (frontier.LSN, error) {
 	replUp := cfg.Upstream.With(func(c *pgx.ConnConfig) { c.RuntimeParams["replication"] = "database" })
 	repl, err := replUp.Connect(ctx)
 	if err != nil {
@@ -328,7 +397,7 @@ func copyTables(ctx context.Context, cfg Config, tables []*table, sink pipe.Sink
 		}
 	}
 	defer closeRepl()
-	snap, err := exportSnapshot(ctx, repl.PgConn())
+	snap, err := exportSnapshot(ctx, repl.PgConn(), permanent)
 	if err != nil {
 		return 0, err
 	}

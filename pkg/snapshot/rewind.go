@@ -10,6 +10,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
+	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
@@ -43,14 +44,18 @@ func rewind(ctx context.Context, cfg Config, tables []*table, slotLSN, snapLSN f
 		r.estimate += tb.tuples
 	}
 	cfg.Logger.Debug("snapshot: rewinding", "slot", cfg.Slot, "from", slotLSN, "to", snapLSN)
-	err := replicate.StreamPG(ctx, replicate.PGConfig{
+	pc := replicate.PGConfig{
 		Upstream:    cfg.Upstream,
 		Publication: cfg.Publication,
 		Slot:        cfg.Slot,
 		StartLSN:    slotLSN,
 		StopAt:      snapLSN - 1, // every commit below snapLSN
 		NoAck:       true,
-	}, r)
+	}
+	if cfg.KeyedIdentity {
+		pc.KeyState = r.keyState
+	}
+	err := replicate.StreamPG(ctx, pc, r)
 	if err != nil {
 		return fmt.Errorf("rewind from %s to %s: %w", slotLSN, snapLSN, err)
 	}
@@ -67,6 +72,38 @@ type rewinder struct {
 	rows     int64
 	estimate int64
 	rewound  int64
+	// states are the key states of the tables that are not FULL: only
+	// the rows the rewind sees inserted (older ones are unknown).
+	states map[string]*replicate.KeyState
+}
+
+// keyState is the rewind's replicate.PGConfig.KeyState: an empty state
+// for every snapshotted table that is not FULL (or was not when loaded).
+func (r *rewinder) keyState(t *pgarrow.Table) (*replicate.KeyState, error) {
+	tb := r.tables[t.QualifiedName()]
+	if tb == nil || tb.key == nil && t.ReplicaIdentity == "full" {
+		return nil, nil
+	}
+	if st := r.states[tb.name]; st != nil {
+		return st, nil
+	}
+	key := tb.key
+	if key == nil {
+		// FULL when loaded: keyed by every column until the stream says
+		// which are its key.
+		for _, c := range tb.t.Columns {
+			key = append(key, c.Name)
+		}
+	}
+	st, err := replicate.NewKeyState(tb.t, key)
+	if err != nil {
+		return nil, fmt.Errorf("rewind %s: %w", tb.name, err)
+	}
+	if r.states == nil {
+		r.states = map[string]*replicate.KeyState{}
+	}
+	r.states[tb.name] = st
+	return st, nil
 }
 
 // Relation checks that a snapshotted table still has the columns it was
@@ -176,7 +213,12 @@ func (r *rewinder) Error(collection string, t frontier.Time, msg string) error {
 	if tb == nil || !inSnapshot(uint64(at), r.snapLSN) {
 		return nil
 	}
-	return fmt.Errorf("rewind %s: %w: at %s: %s", tb.name, ErrRewind, at, msg)
+	err := fmt.Errorf("rewind %s: %w: at %s: %s", tb.name, ErrRewind, at, msg)
+	if r.states[tb.name] != nil {
+		err = hint.Wrap(err, fmt.Sprintf("the slot %s started before the copy, and changes in between to rows of %s older than the slot cannot be taken back without REPLICA IDENTITY FULL: drop the slot (SELECT pg_drop_replication_slot('%s');) and snapshot into a new store, or set REPLICA IDENTITY FULL on %s before the slot is created",
+			r.cfg.Slot, tb.name, r.cfg.Slot, tb.rel.SQL()))
+	}
+	return err
 }
 
 // Reset fails the rewind like an error: the rows a TRUNCATE inside the

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -104,18 +105,23 @@ type exportedSnapshot struct {
 }
 
 // exportSnapshot creates a temporary logical slot on the replication
-// connection conn with EXPORT_SNAPSHOT. Its snapshot sees exactly the
-// transactions whose commit records start before its consistent point.
-func exportSnapshot(ctx context.Context, conn *pgconn.PgConn) (*exportedSnapshot, error) {
+// connection conn with EXPORT_SNAPSHOT, or the permanent slot permanent
+// when it is not "" (its confirmed_flush_lsn is then the consistent
+// point). Its snapshot sees exactly the transactions whose commit records
+// start before its consistent point.
+func exportSnapshot(ctx context.Context, conn *pgconn.PgConn, permanent string) (*exportedSnapshot, error) {
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("export snapshot: %w", err)
 	}
-	name := "rtr_snap_" + hex.EncodeToString(b[:])
+	name, kind := "rtr_snap_"+hex.EncodeToString(b[:]), "temporary"
+	if permanent != "" {
+		name, kind = permanent, "permanent"
+	}
 	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, name, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{Temporary: true, Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+		pglogrepl.CreateReplicationSlotOptions{Temporary: permanent == "", Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
 	if err != nil {
-		return nil, fmt.Errorf("export snapshot: create temporary slot %s: %w", name, err)
+		return nil, fmt.Errorf("export snapshot: create %s slot %s: %w", kind, name, err)
 	}
 	lsn, err := frontier.ParseLSN(res.ConsistentPoint)
 	if err != nil {
@@ -125,4 +131,25 @@ func exportSnapshot(ctx context.Context, conn *pgconn.PgConn) (*exportedSnapshot
 		return nil, fmt.Errorf("export snapshot: temporary slot %s exported no snapshot", name)
 	}
 	return &exportedSnapshot{conn: conn, slot: name, name: res.SnapshotName, lsn: lsn}, nil
+}
+
+// dropSlot drops the permanent slot name, waiting a while for a reader
+// that just went away (a killed ingest's walsender) to let go of it.
+func dropSlot(ctx context.Context, conn *pgx.Conn, name string) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", name)
+		var pgErr *pgconn.PgError
+		if err == nil || errors.As(err, &pgErr) && pgErr.Code == "42704" { // undefined_object: gone already
+			return nil
+		}
+		if !(errors.As(err, &pgErr) && pgErr.Code == "55006") || time.Now().After(deadline) { // object_in_use
+			return fmt.Errorf("drop replication slot %s: %w", name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

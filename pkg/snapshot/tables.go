@@ -118,12 +118,18 @@ func resolveTables(ctx context.Context, conn *pgx.Conn, pub string, want []strin
 
 // replicaIdentityError lists the tables whose replica identity is not
 // FULL, with the statements that fix them.
-func replicaIdentityError(bad []relName, idents []string) error {
+// With keyed, bad are the tables without a key (NOTHING, DEFAULT without a
+// primary key).
+func replicaIdentityError(bad []relName, idents []string, keyed bool) error {
 	var names, fixes []string
 	for i, r := range bad {
 		names = append(names, fmt.Sprintf("%s is %s", r, strings.ToUpper(idents[i])))
 		fixes = append(fixes, fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY FULL;", r.SQL()))
 	}
+	if keyed {
+		return hint.Wrap(fmt.Errorf("check tables: %w: %s (updates and deletes need the whole old row or a key)", ErrReplicaIdentity, strings.Join(names, ", ")),
+			"run: "+strings.Join(fixes, " ")+" (or give them a primary key)")
+	}
 	return hint.Wrap(fmt.Errorf("check tables: %w: %s (updates and deletes need the whole old row)", ErrReplicaIdentity, strings.Join(names, ", ")),
-		"run: "+strings.Join(fixes, " "))
+		"run: "+strings.Join(fixes, " ")+" (or use 'rtrctl ingest', which handles DEFAULT and USING INDEX tables with a key)")
 }

@@ -1,0 +1,522 @@
+//go:build ignore
+
+// Excluded until it is ported off the removed walkStore helpers (in progress).
+
+package main
+
+// The acceptance test of ingesting tables with REPLICA IDENTITY DEFAULT
+// (the primary key): a random workload of inserts, updates with and
+// without key changes, deletes, and rows whose whole life is one
+// transaction, under an ingest SIGKILLed again and again. The store must
+// be exact at every binding time, not only at the end.
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rtrctl/rtrctl/pkg/frontier"
+)
+
+var keyedDDL = []string{
+	// note is stored out of line uncompressed: a long one is left out of
+	// every update that does not set it (pgoutput's unchanged TOAST).
+	"CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL, note text NOT NULL)",
+	"ALTER TABLE accounts ALTER COLUMN note SET STORAGE EXTERNAL",
+	"CREATE TABLE items (sku text, n int, qty int NOT NULL, PRIMARY KEY (sku, n))",
+	fmt.Sprintf("INSERT INTO accounts SELECT g, %d, CASE WHEN g %% 2 = 1 THEN repeat('n' || g || '-', 800) ELSE '' END FROM generate_series(1, %d) g", bankStart, bankAccounts),
+	"INSERT INTO items SELECT 's' || (g % 5), g, g FROM generate_series(1, 30) g",
+	"CREATE PUBLICATION rtr FOR TABLE accounts, items",
+}
+
+var keyedCollections = []collSpec{
+	{"public.accounts", 1, []string{"id", "balance", "note"}},
+	{"public.items", 2, []string{"sku", "n", "qty"}},
+}
+
+// keyedModel is the upstream's contents, row strings as walkStore renders
+// them (columns joined by |), per collection.
+type keyedModel map[string]map[string]int64
+
+// The keyed workload's accounts: how many, and the balance each starts
+// with.
+const (
+	bankAccounts = 40
+	bankStart    = 1000
+)
+
+func (m keyedModel) apply(ds []keyedDelta, sign int64) {
+	for _, d := range ds {
+		rows := m[d.coll]
+		rows[d.row] += sign * d.diff
+		if rows[d.row] == 0 {
+			delete(rows, d.row)
+		}
+	}
+}
+
+type keyedDelta struct {
+	coll, row string
+	diff      int64
+}
+
+// keyedTxn is a committed transaction: its commit LSN c satisfies
+// before <= c < after.
+type keyedTxn struct {
+	kind          string
+	before, after frontier.LSN
+	deltas        []keyedDelta
+}
+
+// keyedWriter runs the workload on one connection, keeping the model.
+type keyedWriter struct {
+	stop    context.CancelFunc
+	done    chan struct{}
+	err     error
+	initial keyedModel
+	txns    []keyedTxn // read after done, or by the writer goroutine
+	mu      chan struct{}
+	counter map[string]int
+}
+
+func (w *keyedWriter) log() []keyedTxn {
+	w.mu <- struct{}{}
+	defer func() { <-w.mu }()
+	return append([]keyedTxn(nil), w.txns...)
+}
+
+func note(id int) string {
+	if id%2 == 0 {
+		return ""
+	}
+	return strings.Repeat(fmt.Sprintf("n%d-", id), 800)
+}
+
+func startKeyedWriter(t *testing.T, db *ingestDB, pause time.Duration) *keyedWriter {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	conn, err := pgx.Connect(ctxT(t), db.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type account struct {
+		balance int64
+		note    string
+	}
+	accounts := map[int]account{}
+	for i := 1; i <= bankAccounts; i++ {
+		accounts[i] = account{bankStart, note(i)}
+	}
+	items := map[string]int{} // "sku|n" -> qty
+	for g := 1; g <= 30; g++ {
+		items[fmt.Sprintf("s%d|%d", g%5, g)] = g
+	}
+	accRow := func(id int) string { a := accounts[id]; return fmt.Sprintf("%d|%d|%s", id, a.balance, a.note) }
+	itemRow := func(k string) string { return fmt.Sprintf("%s|%d", k, items[k]) }
+	w := &keyedWriter{stop: cancel, done: make(chan struct{}), mu: make(chan struct{}, 1), counter: map[string]int{},
+		initial: keyedModel{"public.accounts": {}, "public.items": {}}}
+	for id := range accounts {
+		w.initial["public.accounts"][accRow(id)] = 1
+	}
+	for k := range items {
+		w.initial["public.items"][itemRow(k)] = 1
+	}
+	// A transaction once begun is seen through, and logged: stopping the
+	// writer (ctx) must not leave a committed one out of the log.
+	tctx := context.Background()
+	lsn := func() (frontier.LSN, error) {
+		var s string
+		if err := conn.QueryRow(tctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
+			return 0, err
+		}
+		return frontier.ParseLSN(s)
+	}
+	go func() {
+		defer close(w.done)
+		defer conn.Close(context.Background())
+		rng := rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano())))
+		nextID, nextN := 1000, 1000
+		pickAcc := func() int {
+			ids := slicesSorted(accounts)
+			return ids[rng.IntN(len(ids))]
+		}
+		pickItem := func() string {
+			ks := slicesSorted(items)
+			if len(ks) == 0 {
+				return ""
+			}
+			return ks[rng.IntN(len(ks))]
+		}
+		split := func(k string) (string, int) {
+			sku, n, _ := strings.Cut(k, "|")
+			i, _ := strconv.Atoi(n)
+			return sku, i
+		}
+		for ctx.Err() == nil {
+			var ds []keyedDelta
+			acc := func(id int, diff int64) { ds = append(ds, keyedDelta{"public.accounts", accRow(id), diff}) }
+			item := func(k string, diff int64) { ds = append(ds, keyedDelta{"public.items", itemRow(k), diff}) }
+			var kind string
+			before, err := lsn()
+			if err == nil {
+				err = pgx.BeginFunc(tctx, conn, func(tx pgx.Tx) error {
+					exec := func(sql string, args ...any) error {
+						tag, err := tx.Exec(tctx, sql, args...)
+						if err == nil && tag.RowsAffected() != 1 {
+							err = fmt.Errorf("%s %v: %d rows", sql, args, tag.RowsAffected())
+						}
+						return err
+					}
+					switch r := rng.IntN(100); {
+					case r < 40: // a transfer: neither key changes, notes stay
+						kind = "transfer"
+						a, b := pickAcc(), pickAcc()
+						for b == a {
+							b = pickAcc()
+						}
+						amt := int64(1 + rng.IntN(50))
+						acc(a, -1)
+						acc(b, -1)
+						accounts[a] = account{accounts[a].balance - amt, accounts[a].note}
+						accounts[b] = account{accounts[b].balance + amt, accounts[b].note}
+						acc(a, +1)
+						acc(b, +1)
+						if err := exec("UPDATE accounts SET balance = $1 WHERE id = $2", accounts[a].balance, a); err != nil {
+							return err
+						}
+						return exec("UPDATE accounts SET balance = $1 WHERE id = $2", accounts[b].balance, b)
+					case r < 55: // a new account number: the key changes
+						kind = "renumber"
+						a := pickAcc()
+						nextID++
+						acc(a, -1)
+						accounts[nextID] = accounts[a]
+						delete(accounts, a)
+						acc(nextID, +1)
+						return exec("UPDATE accounts SET id = $1 WHERE id = $2", nextID, a)
+					case r < 65: // close an account, open another with its balance
+						kind = "close and open"
+						a := pickAcc()
+						nextID++
+						acc(a, -1)
+						accounts[nextID] = account{accounts[a].balance, note(nextID)}
+						delete(accounts, a)
+						acc(nextID, +1)
+						if err := exec("DELETE FROM accounts WHERE id = $1", a); err != nil {
+							return err
+						}
+						return exec("INSERT INTO accounts VALUES ($1, $2, $3)", nextID, accounts[nextID].balance, accounts[nextID].note)
+					case r < 75:
+						kind = "new item"
+						nextN++
+						k := fmt.Sprintf("s%d|%d", rng.IntN(5), nextN)
+						items[k] = rng.IntN(100)
+						item(k, +1)
+						sku, n := split(k)
+						return exec("INSERT INTO items VALUES ($1, $2, $3)", sku, n, items[k])
+					case r < 85:
+						kind = "item qty"
+						k := pickItem()
+						item(k, -1)
+						items[k]++
+						item(k, +1)
+						sku, n := split(k)
+						return exec("UPDATE items SET qty = qty + 1 WHERE sku = $1 AND n = $2", sku, n)
+					case r < 91:
+						kind = "item rekey"
+						k := pickItem()
+						nextN++
+						nk := fmt.Sprintf("s%d|%d", rng.IntN(5), nextN)
+						item(k, -1)
+						items[nk] = items[k]
+						delete(items, k)
+						item(nk, +1)
+						sku, n := split(k)
+						nsku, nn := split(nk)
+						return exec("UPDATE items SET sku = $1, n = $2 WHERE sku = $3 AND n = $4", nsku, nn, sku, n)
+					case r < 95:
+						kind = "item delete"
+						k := pickItem()
+						item(k, -1)
+						delete(items, k)
+						sku, n := split(k)
+						return exec("DELETE FROM items WHERE sku = $1 AND n = $2", sku, n)
+					default: // a row's life in one transaction
+						kind = "item life"
+						nextN++
+						k := fmt.Sprintf("life|%d", nextN)
+						sku, n := split(k)
+						if err := exec("INSERT INTO items VALUES ($1, $2, 1)", sku, n); err != nil {
+							return err
+						}
+						if err := exec("UPDATE items SET qty = 2 WHERE sku = $1 AND n = $2", sku, n); err != nil {
+							return err
+						}
+						nextN++
+						if err := exec("UPDATE items SET n = $1 WHERE sku = $2 AND n = $3", nextN, sku, n); err != nil {
+							return err
+						}
+						nk := fmt.Sprintf("life|%d", nextN)
+						if rng.IntN(2) == 0 {
+							return exec("DELETE FROM items WHERE sku = $1 AND n = $2", sku, nextN)
+						}
+						items[nk] = 2
+						item(nk, +1)
+						return nil
+					}
+				})
+			}
+			var after frontier.LSN
+			if err == nil {
+				after, err = lsn()
+			}
+			if err != nil {
+				w.err = err // the test fails: the model is not restored
+				return
+			}
+			w.mu <- struct{}{}
+			w.txns = append(w.txns, keyedTxn{kind: kind, before: before, after: after, deltas: ds})
+			w.counter[kind]++
+			<-w.mu
+			if pause > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(pause):
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { w.stop(); <-w.done })
+	return w
+}
+
+func slicesSorted[K interface{ ~int | ~string }, V any](m map[K]V) []K {
+	ks := make([]K, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(i, j int) bool { return ks[i] < ks[j] })
+	return ks
+}
+
+func (w *keyedWriter) halt(t *testing.T) {
+	t.Helper()
+	w.stop()
+	<-w.done
+	if w.err != nil {
+		t.Fatalf("writer: %v", w.err)
+	}
+}
+
+func (w *keyedWriter) failed(t *testing.T) {
+	t.Helper()
+	select {
+	case <-w.done:
+		if w.err != nil {
+			t.Fatalf("writer: %v", w.err)
+		}
+	default:
+	}
+}
+
+// exactChecks are walkStore checks that the contents at every binding are
+// the upstream's after exactly the transactions below its frontier: those
+// surely below it (after <= F), plus possibly the one the frontier falls
+// in. The snapshot's binding (frontier 1, time 0 standing for the slot's
+// start) may be any state of the log. matched counts the bindings
+// checked.
+func exactChecks(log []keyedTxn, initial keyedModel, matched *int, more func() []keyedTxn) walkOpts {
+	model := keyedModel{}
+	for c, rows := range initial {
+		model[c] = maps.Clone(rows)
+	}
+	k := 0 // transactions applied to model
+	return walkOpts{asOf: func(i, n int) bool { return i == n-1 || i%50 == 0 }, check: func(b frontier.Binding, cs map[string]*contents) string {
+		f := frontier.LSN(b.Frontier.Pos())
+		lo, hi := 0, len(log)
+		if f > 1 {
+			lo, hi = 0, 0
+			for _, tx := range log {
+				if tx.after <= f {
+					lo++
+				}
+				if tx.before < f {
+					hi++
+				}
+			}
+		}
+		for ; k < lo; k++ {
+			model.apply(log[k].deltas, +1)
+		}
+		equal := func() bool {
+			for c, rows := range model {
+				if !equalRows(cs[c].rows, rows) {
+					return false
+				}
+			}
+			return true
+		}
+		start := k
+		for !equal() {
+			if k >= hi {
+				var d []string
+				for c, rows := range model {
+					if !equalRows(cs[c].rows, rows) {
+						d = append(d, c+": "+rowsDiff(cs[c].rows, rows))
+					}
+				}
+				// Diagnosis: is the store at a later state of the log as it
+				// is now (the log was read too early), or at none?
+				ahead := -1
+				later := more()
+				for j := k; j < len(later) && j < k+200 && ahead < 0; j++ {
+					model.apply(later[j].deltas, +1)
+					if equal() {
+						ahead = j + 1
+					}
+				}
+				var kinds []string
+				for j := max(0, start-3); j < len(later) && j < start+3; j++ {
+					kinds = append(kinds, fmt.Sprintf("%d:%s[%s,%s)", j, later[j].kind, later[j].before, later[j].after))
+				}
+				return fmt.Sprintf("the contents are none of the upstream's states after %d..%d transactions (of %d logged; state after %d of the %d logged now: %v; around: %s); against %d: %s",
+					start, hi, len(log), ahead, len(later), ahead >= 0, strings.Join(kinds, " "), k, shortDiff(strings.Join(d, "; ")))
+			}
+			model.apply(log[k].deltas, +1)
+			k++
+		}
+		*matched++
+		return ""
+	}}
+}
+
+// TestIngestKeyedIdentityKillLoop is the acceptance test of REPLICA
+// IDENTITY DEFAULT: two tables with primary keys (one of two columns) and
+// the default identity, a random workload with key changes, deletes and a
+// long TOASTed column left unchanged by most updates, and an ingest
+// SIGKILLed 10 times at random moments (the first ones just after its
+// snapshot). After every kill the store is exact at every
+// binding time; at the end it equals SELECT * of the tables.
+func TestIngestKeyedIdentityKillLoop(t *testing.T) {
+	start := time.Now()
+	db := newIngestDB(t, keyedDDL...)
+	slot := db.newSlotName(t)
+	dir := t.TempDir() + "/store"
+	writer := startKeyedWriter(t, db, 2*time.Millisecond)
+	args := ingestArgs(db, slot, dir, "--interval", "30ms", "--compact-every", "1s")
+	seen := map[uint64]string{}
+	const kills = 10
+	var matched, rebuilt int
+	keyLine := regexp.MustCompile(`msg="key state rebuilt from the store".*collection=(\S+).*keys=(\d+) bytes=(\d+) bytes_per_key=(\d+)`)
+	var lastKeyLines []string
+	for k := 0; k <= kills; k++ {
+		p := startProc(t, nil, args...)
+		if k == kills {
+			writer.halt(t)
+			waitCaughtUp(t, db, dir, p)
+			p.signal(syscall.SIGTERM)
+			if code := p.wait(t, 30*time.Second); code != 0 {
+				t.Fatalf("final ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.bytes())
+			}
+		} else {
+			d := time.Duration(200+rand.IntN(1300)) * time.Millisecond
+			if k < 2 {
+				// Just after the snapshot, or after a resume. (Not in the
+				// middle of the snapshot's commits: a table whose
+				// snapshot is not durable when others' are cannot be
+				// snapshotted again exactly under DEFAULT, see
+				// docs/replicate.md; pkg/snapshot tests that case.)
+				waitLog(t, p, "msg=resume ")
+				d = time.Duration(rand.IntN(60)) * time.Millisecond
+			}
+			time.Sleep(d)
+			p.kill(t)
+			writer.failed(t)
+			// A transaction committed before the kill may not be logged
+			// yet: the writer logs it before it starts the next one.
+			for n := len(writer.log()); len(writer.log()) <= n; {
+				writer.failed(t)
+				time.Sleep(time.Millisecond)
+			}
+		}
+		if ls := keyLine.FindAllString(string(p.stderr.bytes()), -1); len(ls) > 0 {
+			rebuilt++
+			lastKeyLines = ls
+		}
+		if strings.Contains(string(p.stderr.bytes()), "definite error") {
+			t.Fatalf("run %d: a definite error\nstderr:\n%s", k, p.stderr.bytes())
+		}
+		w := walkStore(t, dir, "pg", keyedCollections, exactChecks(writer.log(), writer.initial, &matched, writer.log))
+		for tm, h := range seen {
+			if got, ok := w.hashes[tm]; !ok || got != h {
+				t.Fatalf("run %d: the contents at time %d changed after a restart (hash %q, was %q)", k, tm, got, h)
+			}
+		}
+		maps.Copy(seen, w.hashes)
+		if k == kills {
+			for _, s := range keyedCollections {
+				want := db.tableRows(t, strings.TrimPrefix(s.name, "public."), s.cols)
+				if got := w.last[s.name].rows; !equalRows(got, want) {
+					t.Errorf("%s: the store at the end differs from SELECT *: %s", s.name, rowsDiff(got, want))
+				}
+			}
+			if last := w.readable[len(w.readable)-1]; frontier.LSN(last.Frontier.Pos()) < writer.log()[len(writer.log())-1].after {
+				t.Errorf("the last readable binding %v is below the last transaction", last)
+			}
+		}
+	}
+	if rebuilt < kills/2 {
+		t.Errorf("the key state was rebuilt from the store in %d of %d runs", rebuilt, kills+1)
+	}
+	t.Logf("%d kills in %s; %d transactions %v; %d binding times checked exact against the log; key state rebuilt in %d runs, last: %s",
+		kills, time.Since(start).Round(time.Millisecond), len(writer.log()), writer.counter, matched, rebuilt, strings.Join(lastKeyLines, " | "))
+}
+
+// TestIngestIdentityBecomesDefault: a table ingested under REPLICA
+// IDENTITY FULL (no key state) is altered to DEFAULT while the ingest
+// runs. The stream meets the change, the ingest resumes once more with the
+// table's rows by key read from the store, and the store follows the
+// updates, key changes and deletes after it exactly.
+func TestIngestIdentityBecomesDefault(t *testing.T) {
+	db := newIngestDB(t,
+		"CREATE TABLE t (id int PRIMARY KEY, v text NOT NULL)", "ALTER TABLE t REPLICA IDENTITY FULL",
+		"INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 20) g",
+		"CREATE PUBLICATION rtr FOR TABLE t")
+	slot := db.newSlotName(t)
+	dir := t.TempDir() + "/store"
+	p := startProc(t, nil, ingestArgs(db, slot, dir, "--interval", "30ms")...)
+	waitCaughtUp(t, db, dir, p)
+	execAll(t, db.conn, "UPDATE t SET v = 'full' WHERE id = 1", "ALTER TABLE t REPLICA IDENTITY DEFAULT",
+		"UPDATE t SET v = 'x' WHERE id < 5", "UPDATE t SET id = id + 100 WHERE id IN (6, 8)", "DELETE FROM t WHERE id = 7",
+		"BEGIN; INSERT INTO t VALUES (50, 'y'); UPDATE t SET id = 51 WHERE id = 50; UPDATE t SET v = 'z' WHERE id = 51; COMMIT")
+	waitCaughtUp(t, db, dir, p)
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.bytes())
+	}
+	stderr := string(p.stderr.bytes())
+	if !strings.Contains(stderr, "transient failure; retrying") || !strings.Contains(stderr, "the replica identity of public.t is DEFAULT in the stream") ||
+		!regexp.MustCompile(`msg="key state rebuilt from the store".*collection=public.t identity=default key=id keys=20 `).MatchString(stderr) {
+		t.Errorf("the ingest did not resume with the key state of public.t:\n%s", stderr)
+	}
+	spec := []collSpec{{"public.t", 1, []string{"id", "v"}}}
+	w := walkStore(t, dir, "pg", spec, walkOpts{})
+	if want := db.tableRows(t, "t", spec[0].cols); !equalRows(w.last["public.t"].rows, want) {
+		t.Errorf("public.t at the end differs from SELECT *: %s", rowsDiff(w.last["public.t"].rows, want))
+	}
+}
+
+// shortDiff cuts the long notes out of a diff.
+func shortDiff(s string) string {
+	return regexp.MustCompile(`(n\d+-){3,}`).ReplaceAllStringFunc(s, func(m string) string { return fmt.Sprintf("%s...(%d)", m[:6], len(m)) })
+}

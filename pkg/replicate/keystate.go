@@ -1,0 +1,318 @@
+package replicate
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"unsafe"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+
+	"github.com/rtrctl/rtrctl/pkg/pgarrow"
+	"github.com/rtrctl/rtrctl/pkg/pipe"
+)
+
+// KeyState is what replicating a table whose replica identity is DEFAULT
+// (its primary key) or USING INDEX needs to retract the old row of an
+// update or delete exactly: pgoutput sends only the key of the old row (a
+// delete, an update that changes the key) or nothing of it (an update that
+// keeps the key), and leaves unchanged TOASTed values out of the new one.
+// The state maps the encoding of every key (pgarrow.RowCodec) to the
+// encoding of its current row; the decoder looks the old row up, fills in
+// unchanged TOASTed values from it, and keeps the state in step with what
+// it emits.
+//
+// Memory: per key, its encoded key and row (the row's columns as a
+// RowCodec encodes them, a little under their text size for numbers and
+// about their size for text) in one allocation, plus the map's entry
+// (Bytes estimates it). Nothing of the Arrow records it was built from is
+// kept.
+//
+// A state is rebuilt from a store (ResetState, AddState, EndState:
+// store.Shard.ScanAsOf's callbacks) before the stream resumes from the
+// time it was read at. It is not safe for concurrent use.
+type KeyState struct {
+	codec *pgarrow.RowCodec
+	ncols int
+	key   []int // key column indexes, ascending
+	// rows maps a key's encoding to its row's; each entry's key and value
+	// share one allocation (see put).
+	rows map[string]string
+	data int // len(key) + len(row) over rows
+
+	loading map[string][]loadRow // keys seen other than as one insertion, while rebuilding
+	cols    [][]byte             // scratch: one row's columns
+	buf     []byte               // scratch: a key
+}
+
+// loadRow is a row of a key and its multiplicity while a state is rebuilt.
+type loadRow struct {
+	row string
+	n   int64
+}
+
+// NewKeyState returns an empty state of t's rows keyed by the columns
+// named key (the replica identity's: the primary key, or the USING INDEX
+// index's columns).
+func NewKeyState(t *pgarrow.Table, key []string) (*KeyState, error) {
+	s := &KeyState{codec: pgarrow.NewRowCodec(t), ncols: len(t.Columns), rows: map[string]string{}, cols: make([][]byte, len(t.Columns))}
+	var idx []int
+	for _, k := range key {
+		i := slices.IndexFunc(t.Columns, func(c pgarrow.Column) bool { return c.Name == k })
+		if i < 0 {
+			return nil, fmt.Errorf("key state of %s: no key column %s", t.QualifiedName(), k)
+		}
+		idx = append(idx, i)
+	}
+	if len(idx) == 0 {
+		return nil, fmt.Errorf("key state of %s: no key columns", t.QualifiedName())
+	}
+	slices.Sort(idx)
+	s.key = slices.Compact(idx)
+	return s, nil
+}
+
+// Len is the number of keys.
+func (s *KeyState) Len() int { return len(s.rows) }
+
+// keyEntryOverhead estimates what a key costs beyond its encoded key and
+// row: the map's slot (two string headers), its control byte and load
+// factor, and the allocation's rounding to a size class. Measured by
+// TestKeyStateMemory (about 50 bytes with Go 1.26's maps).
+const keyEntryOverhead = 56
+
+// Bytes estimates the memory the state holds.
+func (s *KeyState) Bytes() int { return s.data + keyEntryOverhead*len(s.rows) }
+
+// Table is the table whose rows the state holds.
+func (s *KeyState) Table() *pgarrow.Table { return s.codec.Table() }
+
+// keyNames lists the key columns.
+func (s *KeyState) keyNames() string {
+	var names []string
+	for _, i := range s.key {
+		names = append(names, s.codec.Table().Columns[i].Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// split cuts row into its columns (s.cols, valid until the next split).
+func (s *KeyState) split(row []byte) ([][]byte, error) {
+	off := 0
+	for i := range s.ncols {
+		n, err := s.codec.Len(row[off:], i)
+		if err != nil {
+			return nil, fmt.Errorf("key state of %s: column %s: %w", s.codec.Table().QualifiedName(), s.codec.Table().Columns[i].Name, err)
+		}
+		s.cols[i] = row[off : off+n]
+		off += n
+	}
+	if off != len(row) {
+		return nil, fmt.Errorf("key state of %s: %d bytes after the last column", s.codec.Table().QualifiedName(), len(row)-off)
+	}
+	return s.cols, nil
+}
+
+// keyOf returns the key of an encoded row (valid until the next keyOf).
+func (s *KeyState) keyOf(row []byte) ([]byte, error) {
+	cols, err := s.split(row)
+	if err != nil {
+		return nil, err
+	}
+	s.buf = s.buf[:0]
+	for _, i := range s.key {
+		s.buf = append(s.buf, cols[i]...)
+	}
+	return s.buf, nil
+}
+
+// get returns key's row.
+func (s *KeyState) get(key []byte) (string, bool) {
+	r, ok := s.rows[string(key)]
+	return r, ok
+}
+
+// put makes row key's row and returns the one it replaces.
+func (s *KeyState) put(key, row []byte) (string, bool) {
+	// One allocation holds both; neither is modified after.
+	b := make([]byte, len(key)+len(row))
+	copy(b, key)
+	copy(b[len(key):], row)
+	k := unsafe.String(unsafe.SliceData(b), len(key))
+	v := unsafe.String(unsafe.SliceData(b[len(key):]), len(row))
+	if len(row) == 0 {
+		v = ""
+	}
+	return s.putString(k, v)
+}
+
+func (s *KeyState) putString(k, v string) (string, bool) {
+	old, had := s.rows[k]
+	if had {
+		s.data -= len(k) + len(old)
+	}
+	s.rows[k] = v
+	s.data += len(k) + len(v)
+	return old, had
+}
+
+// del removes key and returns its row.
+func (s *KeyState) del(key []byte) (string, bool) {
+	old, had := s.rows[string(key)]
+	if had {
+		delete(s.rows, string(key))
+		s.data -= len(key) + len(old)
+	}
+	return old, had
+}
+
+// restore puts back what an undone change replaced.
+func (s *KeyState) restore(key, row string, had bool) {
+	if had {
+		s.putString(key, row)
+		return
+	}
+	if old, ok := s.rows[key]; ok {
+		delete(s.rows, key)
+		s.data -= len(key) + len(old)
+	}
+}
+
+// errDuplicateKey: two rows have one key.
+var errDuplicateKey = errors.New("two rows have the same key")
+
+// setKey keys the state by the columns key (indexes, ascending) from now
+// on: every row's key is taken again from the row.
+func (s *KeyState) setKey(key []int) error {
+	if slices.Equal(key, s.key) {
+		return nil
+	}
+	old := s.key
+	s.key = key
+	rows := make(map[string]string, len(s.rows))
+	for _, row := range s.rows {
+		k, err := s.keyOf([]byte(row))
+		if err == nil {
+			if _, dup := rows[string(k)]; dup {
+				err = fmt.Errorf("%w (%s)", errDuplicateKey, s.keyNames())
+			}
+		}
+		if err != nil {
+			s.key = old
+			return err
+		}
+		rows[string(k)] = row
+	}
+	s.rows = rows
+	s.data = 0
+	for k, v := range rows {
+		s.data += len(k) + len(v)
+	}
+	return nil
+}
+
+// ResetState starts a rebuild: the state is empty.
+func (s *KeyState) ResetState() {
+	clear(s.rows)
+	s.data = 0
+	s.loading = map[string][]loadRow{}
+}
+
+// AddState adds updates of the collection: its user columns, then _time
+// and _diff (a store's ScanAsOf batches), or _diff alone.
+func (s *KeyState) AddState(rec arrow.Record) error {
+	name := s.codec.Table().QualifiedName()
+	if s.loading == nil {
+		return fmt.Errorf("rebuild key state of %s: AddState before ResetState", name)
+	}
+	n := int(rec.NumCols())
+	shape := n == s.ncols+1 || n == s.ncols+2 && rec.ColumnName(s.ncols) == pipe.ColTime
+	if !shape || rec.ColumnName(n-1) != pipe.ColDiff {
+		return fmt.Errorf("rebuild key state of %s: a batch of %d columns, want its %d, [_time,] _diff", name, n, s.ncols)
+	}
+	diffs, ok := rec.Column(int(rec.NumCols()) - 1).(*array.Int64)
+	if !ok {
+		return fmt.Errorf("rebuild key state of %s: _diff is %s", name, rec.Column(int(rec.NumCols())-1).DataType())
+	}
+	types := make([]arrow.DataType, s.ncols)
+	for i := range types {
+		types[i] = rec.Column(i).DataType()
+	}
+	if err := s.codec.CheckTypes(types); err != nil {
+		return fmt.Errorf("rebuild key state of %s: the store's %w", name, err)
+	}
+	var row []byte
+	for j := range int(rec.NumRows()) {
+		row = row[:0]
+		var err error
+		for i := range s.ncols {
+			if row, err = s.codec.AppendArrow(row, i, rec.Column(i), j); err != nil {
+				return fmt.Errorf("rebuild key state of %s: %w", name, err)
+			}
+		}
+		key, err := s.keyOf(row)
+		if err != nil {
+			return fmt.Errorf("rebuild key state of %s: %w", name, err)
+		}
+		s.load(key, row, diffs.Value(j))
+	}
+	return nil
+}
+
+// load folds one update into the state being rebuilt: a first insertion
+// of a key goes straight in; anything else about the key is gathered in
+// loading until EndState sums it.
+func (s *KeyState) load(key, row []byte, diff int64) {
+	if diff == 0 {
+		return
+	}
+	lr, pending := s.loading[string(key)]
+	if !pending {
+		if _, in := s.rows[string(key)]; !in && diff == 1 {
+			s.put(key, row)
+			return
+		}
+		if cur, in := s.del(key); in {
+			lr = append(lr, loadRow{cur, 1})
+		}
+	}
+	for i := range lr {
+		if lr[i].row == string(row) {
+			lr[i].n += diff
+			s.loading[string(key)] = lr
+			return
+		}
+	}
+	s.loading[string(key)] = append(lr, loadRow{string(row), diff})
+}
+
+// EndState ends a rebuild: every key must have exactly one row, once.
+func (s *KeyState) EndState() error {
+	defer func() { s.loading = nil }()
+	for k, lr := range s.loading {
+		var live []loadRow
+		for _, r := range lr {
+			if r.n != 0 {
+				live = append(live, r)
+			}
+		}
+		switch {
+		case len(live) == 0:
+		case len(live) == 1 && live[0].n == 1:
+			s.putString(k, live[0].row)
+		default:
+			return fmt.Errorf("rebuild key state of %s: %w (%s): %d rows, multiplicities %v", s.codec.Table().QualifiedName(), errDuplicateKey, s.keyNames(), len(live), multiplicities(live))
+		}
+	}
+	return nil
+}
+
+func multiplicities(rs []loadRow) []int64 {
+	var out []int64
+	for _, r := range rs {
+		out = append(out, r.n)
+	}
+	return out
+}
