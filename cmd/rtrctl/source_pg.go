@@ -35,7 +35,9 @@ func init() {
 				&cli.DurationFlag{Name: "status-interval", Value: time.Second, Usage: "pg: how often to ask the server for a keepalive (progress while idle)"},
 				&cli.StringFlag{Name: "ack-store", Usage: "pg: advance the slot only up to what this store holds durably for the source (default: never advance it)"},
 			},
-			"ingest": {pubFlag, slotFlag("pg: the permanent logical replication slot (default: the one the store recorded for the source, else rtr_<source-id>_<store id>)")},
+			"ingest": {pubFlag, slotFlag("pg: the permanent logical replication slot (default: the one the store recorded for the source, else rtr_<source-id>_<store id>)"),
+				&cli.StringFlag{Name: "resnapshot", Usage: "pg: collections to snapshot again where the ingest resumes, comma-separated (e.g. public.orders), without stopping the others; clears a collection's definite error"},
+			},
 		},
 		upstream: func(c *cli.Context) (sourceUpstream, error) {
 			pg, err := upstream.ParsePostgres(envDefault(c, "dsn", "RTR_PG_DSN"))
@@ -54,9 +56,15 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
+			var resnap []string
+			if c.String("resnapshot") != "" {
+				if resnap, err = pgTables(c.String("resnapshot")); err != nil {
+					return nil, err
+				}
+			}
 			return ingest.NewPG(ingest.PGConfig{
 				Upstream: u.(pgUpstream).pg, Publication: c.String("publication"), Slot: c.String("slot"),
-				Tables: tables, Parallel: c.Int("parallel"), Source: sourceID(c, "pg"),
+				Tables: tables, Parallel: c.Int("parallel"), Source: sourceID(c, "pg"), Resnapshot: resnap,
 			}), nil
 		},
 		recorded:     recordedVia(upstream.ParsePostgres, probe.NewPostgres),

@@ -56,6 +56,11 @@ type PGConfig struct {
 	Parallel int
 	// Source is the source id in the store (default "pg").
 	Source string
+	// Resnapshot names collections to snapshot again where the stream
+	// resumes, without stopping the others (a collection with a definite
+	// error gets its contents back): each is reset there and given a
+	// fresh copy rewound to that position (pgSink).
+	Resnapshot []string
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -79,6 +84,9 @@ type PG struct {
 	// had no key state (the identity changed after Resume): the next
 	// Resume builds theirs whatever the catalog says.
 	needState map[string]bool
+	// skip is, per collection ahead of the stream's start (Resume), the
+	// source time below which its updates are durable already.
+	skip map[string]frontier.LSN
 }
 
 // NewPG returns the PostgreSQL source of cfg.
@@ -178,6 +186,29 @@ func (p *PG) Stream(ctx context.Context, r StreamRequest) error {
 		// start, so replication starts where the slot does.
 		startLSN = 0
 	}
+	sink := &pgSink{Sink: r.Sink, p: p, ctx: ctx, keep: p.tables, skip: p.skip}
+	defer sink.close()
+	for _, c := range p.cfg.Resnapshot {
+		if n, err := pgarrow.ParseTableName(c); err == nil {
+			if n.Schema == "" {
+				n.Schema = "public"
+			}
+			c = n.String()
+		}
+		t := p.tabs[c]
+		switch {
+		case t == nil:
+			return hint.Wrap(fmt.Errorf("ingest %s: --resnapshot %s: this run does not ingest it", id, c), "name a collection of the run (see rtrctl status)")
+		case t.ReplicaIdentity != "full":
+			return hint.Wrap(fmt.Errorf("ingest %s: --resnapshot %s: its replica identity is %s; a re-snapshot in the stream needs FULL", id, c, strings.ToUpper(t.ReplicaIdentity)),
+				"snapshot it into a new store, or ALTER TABLE "+t.QuotedName()+" REPLICA IDENTITY FULL first")
+		case startLSN == 0:
+			p.log.Info("re-snapshot: the collection was just snapshotted", "source", id, "collection", c)
+			continue
+		}
+		sink.start(c, max(startLSN, p.skip[c]), t, "--resnapshot")
+	}
+	p.cfg.Resnapshot = nil // once per run, not once per attempt
 	err := replicate.StreamPG(ctx, replicate.PGConfig{
 		Upstream: p.cfg.Upstream, Publication: p.cfg.Publication, Slot: p.cfg.Slot,
 		StartLSN: startLSN, Nudge: p.nudge, RetryFor: r.RetryFor, Expect: r.Schema,
@@ -187,7 +218,7 @@ func (p *PG) Stream(ctx context.Context, r StreamRequest) error {
 		},
 		KeyState: p.keyState,
 		Logger:   p.log,
-	}, onlySink{r.Sink, p.tables})
+	}, sink)
 	if ne, ok := errors.AsType[*needStateError](err); ok {
 		// Resume again, with this collection's rows read from the store.
 		p.needState[ne.collection] = true
@@ -227,6 +258,20 @@ func (p *PG) keyState(t *pgarrow.Table) (*replicate.KeyState, error) {
 // a batch at a time.
 func (p *PG) Resume(ctx context.Context, r Resume) error {
 	p.states, p.errored = map[string]*replicate.KeyState{}, r.Errored
+	// A collection committed beyond the common start (a crash between
+	// two collections' commits) replays nothing: its updates below its
+	// own durable frontier are dropped rather than verified, so that a
+	// re-snapshot it went through (not in the WAL) is not replayed as
+	// plain changes.
+	p.skip = map[string]frontier.LSN{}
+	for name, sh := range r.Shards {
+		if err := sh.Refresh(ctx); err != nil {
+			return fmt.Errorf("resume %s: %w", name, err)
+		}
+		if u := sh.Upper(); u > r.Durable {
+			p.skip[name] = frontier.LSN(durableFrontier(r.Bindings, u, frontier.DomainLSN).Pos())
+		}
+	}
 	keyed := len(p.needState) > 0
 	for _, t := range p.tabs {
 		keyed = keyed || t.ReplicaIdentity != "full"
@@ -288,34 +333,6 @@ func (p *PG) Resume(ctx context.Context, r Resume) error {
 			"keys", st.Len(), "bytes", st.Bytes(), "bytes_per_key", perKey, "as_of", max(r.Durable, 1)-1, "took", time.Since(began).Round(time.Millisecond).String())
 	}
 	return nil
-}
-
-// onlySink passes on the data and errors of the collections in keep, and
-// all progress.
-type onlySink struct {
-	pipe.Sink
-	keep map[string]bool
-}
-
-func (s onlySink) Data(collection string, rec arrow.Record) error {
-	if !s.keep[collection] {
-		return nil
-	}
-	return s.Sink.Data(collection, rec)
-}
-
-func (s onlySink) Error(collection string, at frontier.Time, msg string) error {
-	if !s.keep[collection] {
-		return nil
-	}
-	return s.Sink.Error(collection, at, msg)
-}
-
-func (s onlySink) Reset(collection string, at frontier.Time, schema *arrow.Schema) error {
-	if !s.keep[collection] {
-		return nil
-	}
-	return s.Sink.Reset(collection, at, schema)
 }
 
 // Nudge implements Nudger: a standby status update with reply requested.

@@ -435,9 +435,12 @@ func (w *storeWriter) commit(ctx context.Context, c string, upper uint64, segs [
 		}
 		switch {
 		case sg.reset != nil:
-			schema := sg.reset.schema
-			if schema == nil {
-				schema = sh.SchemaAt(sg.reset.t)
+			schema := sh.SchemaAt(sg.reset.t)
+			if sg.reset.schema != nil {
+				// The new columns, with the collection's metadata (its
+				// source, its keys).
+				md := mergeMetadata(sg.reset.schema.Metadata(), schema.Metadata())
+				schema = arrow.NewSchema(sg.reset.schema.Fields(), &md)
 			}
 			if err := w.appendTo(ctx, sh, c, sg.reset.t, nil, &appended); err != nil {
 				return err

@@ -11,6 +11,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/jackc/pglogrepl"
 
+	"github.com/rtrctl/rtrctl/internal/arrowutil"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
@@ -327,27 +328,56 @@ func (d *decoder) relation(ctx context.Context, m *pglogrepl.RelationMessage) er
 			key = append(key, i)
 		}
 	}
+	var t *pgarrow.Table
+	taken := false // a sink re-snapshots the collection from this change on
 	if old != nil {
 		if change := describeChange(old.table, cols, name); change != "" {
-			return d.stop(old, fmt.Sprintf("%s at %s; the collection stops here: re-snapshot it", change, d.at()))
-		}
-		if old.table.QualifiedName() == name && old.table.ReplicaIdentity == ident && slices.Equal(old.key, key) {
+			// Columns changed (not a rename): a sink may re-snapshot the
+			// collection from here on; the relation goes on with them.
+			var err error
+			if old.table.QualifiedName() == name && old.state == nil {
+				if t, err = d.resolve(ctx, m); err != nil {
+					return fmt.Errorf("resolve relation %s: %w", name, err)
+				}
+				if taken, err = d.takeOver(t, change); err != nil {
+					return err
+				}
+			}
+			if !taken {
+				return d.stop(old, fmt.Sprintf("%s at %s; the collection stops here: re-snapshot it", change, d.at()))
+			}
+			if old.b != nil {
+				old.b.Release()
+				old.b = nil
+			}
+			old = nil // not a rename
+		} else if old.table.QualifiedName() == name && old.table.ReplicaIdentity == ident && slices.Equal(old.key, key) {
 			return nil // the same relation again (a new session, or a harmless ALTER)
 		}
 	}
 	if d.stopped[name] {
 		return nil
 	}
-	t, err := d.resolve(ctx, m)
-	if err != nil {
-		return fmt.Errorf("resolve relation %s: %w", name, err)
+	var err error
+	if t == nil {
+		if t, err = d.resolve(ctx, m); err != nil {
+			return fmt.Errorf("resolve relation %s: %w", name, err)
+		}
 	}
 	r := &relation{table: t, key: key}
 	d.rels[m.RelationID] = r
-	if old == nil && d.expect != nil {
+	if old == nil && !taken && d.expect != nil {
 		if exp := d.expect(name); exp != nil {
-			if diff := fieldsChange(exp.Fields(), t.Fields()); diff != "" {
-				return d.stop(r, fmt.Sprintf("the columns of %s changed while it was not followed (%s), seen at %s; the collection stops here: re-snapshot it", name, diff, d.at()))
+			if diff := arrowutil.FieldsChange(exp.Fields(), t.Fields()); diff != "" {
+				change := fmt.Sprintf("the columns of %s changed while it was not followed (%s)", name, diff)
+				if ident == "full" {
+					if taken, err = d.takeOver(t, change); err != nil {
+						return err
+					}
+				}
+				if !taken {
+					return d.stop(r, fmt.Sprintf("%s, seen at %s; the collection stops here: re-snapshot it", change, d.at()))
+				}
 			}
 		}
 	}
@@ -397,30 +427,25 @@ func (d *decoder) relation(ctx context.Context, m *pglogrepl.RelationMessage) er
 	return nil
 }
 
+// takeOver offers a change of t's columns at the current transaction to
+// a RelationChanger sink, after handing over what came before it.
+func (d *decoder) takeOver(t *pgarrow.Table, change string) (bool, error) {
+	rc, ok := d.sink.(RelationChanger)
+	if !ok {
+		return false, nil
+	}
+	if err := d.flush(); err != nil {
+		return false, err
+	}
+	ok, err := rc.RelationChanged(t, d.at(), change)
+	return ok, sinkErr(err)
+}
+
 func (d *decoder) at() frontier.LSN {
 	if d.inTxn {
 		return d.txnLSN
 	}
 	return d.upper
-}
-
-// fieldsChange says how the names and types of got differ from want's,
-// or "".
-func fieldsChange(want, got []arrow.Field) string {
-	var parts []string
-	for i := 0; i < max(len(want), len(got)); i++ {
-		switch {
-		case i >= len(got):
-			parts = append(parts, "column "+want[i].Name+" is gone")
-		case i >= len(want):
-			parts = append(parts, "column "+got[i].Name+" was added")
-		case want[i].Name != got[i].Name:
-			parts = append(parts, fmt.Sprintf("column %d is %s, was %s", i+1, got[i].Name, want[i].Name))
-		case !arrow.TypeEqual(want[i].Type, got[i].Type):
-			parts = append(parts, fmt.Sprintf("column %s is %s, was %s", got[i].Name, got[i].Type, want[i].Type))
-		}
-	}
-	return strings.Join(parts, ", ")
 }
 
 // describeChange says how cols differ from t's columns, or "" if they do

@@ -12,6 +12,7 @@
 package replicate
 
 import (
+	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
 )
 
@@ -21,4 +22,19 @@ import (
 // relation; most sinks do not need it.
 type RelationSink interface {
 	Relation(t *pgarrow.Table) error
+}
+
+// RelationChanger is implemented by a pipe.Sink that re-snapshots a
+// PostgreSQL collection when its columns change in the stream (a column
+// added, dropped or retyped; or, seen first in this stream, different
+// from what the caller knows, StreamPG's PGConfig.Expect): StreamPG
+// hands over what came before the change, then asks RelationChanged with
+// the relation's new description t and the commit LSN of the transaction
+// where the change shows. true: the sink resets the collection there
+// (pipe.Sink.Reset with its new contents) and the stream goes on with the
+// new columns; false: the collection stops with a definite error, as
+// without the interface. Tables whose replica identity is not FULL are
+// not offered.
+type RelationChanger interface {
+	RelationChanged(t *pgarrow.Table, at frontier.LSN, change string) (bool, error)
 }
