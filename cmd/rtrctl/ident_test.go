@@ -20,9 +20,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/rtrctl/rtrctl/internal/ingesttest"
 	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/ingest"
 	"github.com/rtrctl/rtrctl/pkg/myarrow"
@@ -175,17 +175,7 @@ func identRead(ctx context.Context, st *store.Store, collection string, t uint64
 	if err := sh.Refresh(ctx); err != nil {
 		return nil, err
 	}
-	rec, err := sh.ReadAsOf(ctx, t)
-	if err != nil {
-		return nil, err
-	}
-	defer rec.Release()
-	out := map[string]int64{}
-	diffs := rec.Column(int(rec.NumCols()) - 1).(*array.Int64)
-	for i := 0; i < int(rec.NumRows()); i++ {
-		out[rec.Column(0).ValueStr(i)+"|"+rec.Column(1).ValueStr(i)] += diffs.Value(i)
-	}
-	return out, nil
+	return ingesttest.ReadRows(ctx, sh, t)
 }
 
 // identLatest reads every table's collection as of the last time all of
@@ -287,29 +277,8 @@ func TestIngestIdentifiersPostgres(t *testing.T) {
 		pub = append(pub, q)
 	}
 	ddl = append(ddl, "CREATE PUBLICATION rtr FOR TABLE "+strings.Join(pub, ", "))
-	dsn := testenv.SharedPostgres(t).CreateDatabase(t)
-	conn, err := pgx.Connect(ctxT(t), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	execAll(t, conn, ddl...)
-	db := &ingestDB{dsn: dsn, conn: conn}
-	pgRows := func(tb identTable) map[string]int64 {
-		rows, err := conn.Query(ctxT(t), "SELECT id::text || '|' || v FROM "+sqlName(tb))
-		if err != nil {
-			t.Fatal(err)
-		}
-		vals, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]int64{}
-		for _, v := range vals {
-			out[v]++
-		}
-		return out
-	}
+	db := newPGDB(t, ddl...)
+	pgRows := func(tb identTable) map[string]int64 { return db.selectRows(t, sqlName(tb), "id", "v") }
 
 	var colls []string
 	for _, tb := range tables {

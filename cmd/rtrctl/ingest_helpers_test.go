@@ -146,7 +146,8 @@ func (p *proc) kill(t *testing.T) {
 
 // --- the database ----------------------------------------------------------
 
-// ingestDB is a connection to a database, for its replication slots.
+// ingestDB is a connection to a database, for its replication slots and
+// reading its tables.
 type ingestDB struct {
 	dsn  string
 	conn *pgx.Conn
@@ -158,12 +159,50 @@ type ingestDB struct {
 func newPGBank(t *testing.T) (*pgFixture, *ingestDB) {
 	t.Helper()
 	fx := (&pgHarness{pg: testenv.SharedPostgres(t)}).New(t).(*pgFixture)
-	conn, err := pgx.Connect(ctxT(t), fx.dsn)
+	return fx, openIngestDB(t, fx.dsn)
+}
+
+// newPGDB is a fresh database of the shared server with ddl run.
+func newPGDB(t *testing.T, ddl ...string) *ingestDB {
+	t.Helper()
+	return openIngestDB(t, testenv.SharedPostgres(t).CreateDatabase(t), ddl...)
+}
+
+// openIngestDB connects to the database dsn (until the test ends) and
+// runs ddl.
+func openIngestDB(t *testing.T, dsn string, ddl ...string) *ingestDB {
+	t.Helper()
+	conn, err := pgx.Connect(ctxT(t), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	return fx, &ingestDB{dsn: fx.dsn, conn: conn}
+	execAll(t, conn, ddl...)
+	return &ingestDB{dsn: dsn, conn: conn}
+}
+
+// selectRows reads table as rows the way ingesttest.Rows has a
+// collection's: cols as text joined by "|", a null as "(null)" ->
+// multiplicity.
+func (db *ingestDB) selectRows(t *testing.T, table string, cols ...string) map[string]int64 {
+	t.Helper()
+	var sel []string
+	for _, c := range cols {
+		sel = append(sel, "coalesce("+c+"::text, '(null)')")
+	}
+	rows, err := db.conn.Query(ctxT(t), "SELECT "+strings.Join(sel, " || '|' || ")+" FROM "+table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, v := range vals {
+		out[v]++
+	}
+	return out
 }
 
 // newSlotName returns a cluster-wide unique slot name, dropped at cleanup

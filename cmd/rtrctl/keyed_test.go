@@ -1,7 +1,3 @@
-//go:build ignore
-
-// Excluded until it is ported off the removed walkStore helpers (in progress).
-
 package main
 
 // The acceptance test of ingesting tables with REPLICA IDENTITY DEFAULT
@@ -25,7 +21,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/rtrctl/rtrctl/internal/ingesttest"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 )
 
 var keyedDDL = []string{
@@ -34,25 +32,41 @@ var keyedDDL = []string{
 	"CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL, note text NOT NULL)",
 	"ALTER TABLE accounts ALTER COLUMN note SET STORAGE EXTERNAL",
 	"CREATE TABLE items (sku text, n int, qty int NOT NULL, PRIMARY KEY (sku, n))",
-	fmt.Sprintf("INSERT INTO accounts SELECT g, %d, CASE WHEN g %% 2 = 1 THEN repeat('n' || g || '-', 800) ELSE '' END FROM generate_series(1, %d) g", bankStart, bankAccounts),
+	fmt.Sprintf("INSERT INTO accounts SELECT g, %d, CASE WHEN g %% 2 = 1 THEN repeat('n' || g || '-', 800) ELSE '' END FROM generate_series(1, %d) g", keyedStart, keyedAccounts),
 	"INSERT INTO items SELECT 's' || (g % 5), g, g FROM generate_series(1, 30) g",
 	"CREATE PUBLICATION rtr FOR TABLE accounts, items",
 }
 
-var keyedCollections = []collSpec{
-	{"public.accounts", 1, []string{"id", "balance", "note"}},
-	{"public.items", 2, []string{"sku", "n", "qty"}},
+// keyedLayout is where the tables land in the store: source "pg", items
+// keyed by its first two columns.
+var keyedLayout = ingesttest.Layout{Atomic: true,
+	Sources: []ingesttest.SourceColls{{ID: "pg", Collections: []string{"public.accounts", "public.items"}}},
+	Keys:    map[string]int{"public.items": 2}}
+
+// keyedColumns are the tables' columns, in order.
+var keyedColumns = map[string][]string{"public.accounts": {"id", "balance", "note"}, "public.items": {"sku", "n", "qty"}}
+
+// keyedArgs are the ingest arguments for db's publication rtr.
+func keyedArgs(db *ingestDB, slot, dir string, extra ...string) []string {
+	return append([]string{"ingest", "--source", "pg", "--dsn", db.dsn, "--publication", "rtr", "--slot", slot, "--store", dir}, extra...)
 }
 
-// keyedModel is the upstream's contents, row strings as walkStore renders
-// them (columns joined by |), per collection.
+// keyedCaughtUp waits until the store is durable past the upstream's
+// insert position now.
+func keyedCaughtUp(t *testing.T, db *ingestDB, dir string, p *proc) {
+	t.Helper()
+	past := map[string][]ingesttest.Pos{"pg": {{Hi: uint64(db.insertLSN(t)) - 1}}}
+	ingesttest.WaitDurable(t, dir, past, binProc{p}, 60*time.Second)
+}
+
+// keyedModel is the upstream's contents as ingesttest.Rows has them.
 type keyedModel map[string]map[string]int64
 
 // The keyed workload's accounts: how many, and the balance each starts
 // with.
 const (
-	bankAccounts = 40
-	bankStart    = 1000
+	keyedAccounts = 40
+	keyedStart    = 1000
 )
 
 func (m keyedModel) apply(ds []keyedDelta, sign int64) {
@@ -114,8 +128,8 @@ func startKeyedWriter(t *testing.T, db *ingestDB, pause time.Duration) *keyedWri
 		note    string
 	}
 	accounts := map[int]account{}
-	for i := 1; i <= bankAccounts; i++ {
-		accounts[i] = account{bankStart, note(i)}
+	for i := 1; i <= keyedAccounts; i++ {
+		accounts[i] = account{keyedStart, note(i)}
 	}
 	items := map[string]int{} // "sku|n" -> qty
 	for g := 1; g <= 30; g++ {
@@ -139,7 +153,10 @@ func startKeyedWriter(t *testing.T, db *ingestDB, pause time.Duration) *keyedWri
 		if err := conn.QueryRow(tctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
 			return 0, err
 		}
-		return frontier.ParseLSN(s)
+		l, err := frontier.ParseLSN(s)
+		// The stream's progress on an idle server stops at the end of
+		// the last record, not past the next page's header.
+		return probe.VisibleInsertLSN(l, 8192, 16<<20), err
 	}
 	go func() {
 		defer close(w.done)
@@ -329,19 +346,19 @@ func (w *keyedWriter) failed(t *testing.T) {
 	}
 }
 
-// exactChecks are walkStore checks that the contents at every binding are
-// the upstream's after exactly the transactions below its frontier: those
-// surely below it (after <= F), plus possibly the one the frontier falls
-// in. The snapshot's binding (frontier 1, time 0 standing for the slot's
-// start) may be any state of the log. matched counts the bindings
-// checked.
-func exactChecks(log []keyedTxn, initial keyedModel, matched *int, more func() []keyedTxn) walkOpts {
+// exactCheck is a keyedWalk check, called at the bindings in time order,
+// that the contents at every binding are the upstream's after exactly the
+// transactions below its frontier: those surely below it (after <= F),
+// plus possibly the one the frontier falls in. The snapshot's binding
+// (frontier 1, time 0 standing for the slot's start) may be any state of
+// the log. matched counts the bindings checked.
+func exactCheck(log []keyedTxn, initial keyedModel, matched *int, more func() []keyedTxn) func(frontier.Binding, ingesttest.Rows) error {
 	model := keyedModel{}
 	for c, rows := range initial {
 		model[c] = maps.Clone(rows)
 	}
 	k := 0 // transactions applied to model
-	return walkOpts{asOf: func(i, n int) bool { return i == n-1 || i%50 == 0 }, check: func(b frontier.Binding, cs map[string]*contents) string {
+	return func(b frontier.Binding, rows ingesttest.Rows) error {
 		f := frontier.LSN(b.Frontier.Pos())
 		lo, hi := 0, len(log)
 		if f > 1 {
@@ -359,8 +376,8 @@ func exactChecks(log []keyedTxn, initial keyedModel, matched *int, more func() [
 			model.apply(log[k].deltas, +1)
 		}
 		equal := func() bool {
-			for c, rows := range model {
-				if !equalRows(cs[c].rows, rows) {
+			for c, want := range model {
+				if !maps.Equal(rows[c], want) {
 					return false
 				}
 			}
@@ -369,12 +386,7 @@ func exactChecks(log []keyedTxn, initial keyedModel, matched *int, more func() [
 		start := k
 		for !equal() {
 			if k >= hi {
-				var d []string
-				for c, rows := range model {
-					if !equalRows(cs[c].rows, rows) {
-						d = append(d, c+": "+rowsDiff(cs[c].rows, rows))
-					}
-				}
+				d := ingesttest.Diff(rows, ingesttest.Rows(model))
 				// Diagnosis: is the store at a later state of the log as it
 				// is now (the log was read too early), or at none?
 				ahead := -1
@@ -389,15 +401,54 @@ func exactChecks(log []keyedTxn, initial keyedModel, matched *int, more func() [
 				for j := max(0, start-3); j < len(later) && j < start+3; j++ {
 					kinds = append(kinds, fmt.Sprintf("%d:%s[%s,%s)", j, later[j].kind, later[j].before, later[j].after))
 				}
-				return fmt.Sprintf("the contents are none of the upstream's states after %d..%d transactions (of %d logged; state after %d of the %d logged now: %v; around: %s); against %d: %s",
-					start, hi, len(log), ahead, len(later), ahead >= 0, strings.Join(kinds, " "), k, shortDiff(strings.Join(d, "; ")))
+				return fmt.Errorf("the contents are none of the upstream's states after %d..%d transactions (of %d logged; state after %d of the %d logged now: %v; around: %s); against %d: %s",
+					start, hi, len(log), ahead, len(later), ahead >= 0, strings.Join(kinds, " "), k, shortDiff(d))
 			}
 			model.apply(log[k].deltas, +1)
 			k++
 		}
 		*matched++
-		return ""
-	}}
+		return nil
+	}
+}
+
+// keyedWalk walks the store in dir (ingesttest.Walk: at every readable
+// binding no row or key twice, every change at a binding time, the
+// replayed contents equal to a read as of the time at the last binding
+// and every 50th) with check at every binding, and returns the reads, the
+// last readable binding and its contents (nil when there is none).
+func keyedWalk(t *testing.T, dir string, lay ingesttest.Layout, check func(frontier.Binding, ingesttest.Rows) error) (ingesttest.Reads, frontier.Binding, ingesttest.Rows) {
+	t.Helper()
+	var last frontier.Binding
+	var rows ingesttest.Rows
+	reads, err := ingesttest.Walk(ctxT(t), dir, lay, ingesttest.WalkOptions{
+		AsOf: func(i, n int) bool { return i == n-1 || i%50 == 0 },
+		Visit: func(_ string, b frontier.Binding, rs ingesttest.Rows) error {
+			last, rows = b, rs
+			if check == nil {
+				return nil
+			}
+			return check(b, rs)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reads, last, rows
+}
+
+// checkSelect checks that rows are the upstream's tables (SELECT of their
+// columns).
+func checkSelect(t *testing.T, db *ingestDB, rows ingesttest.Rows, columns map[string][]string) {
+	t.Helper()
+	if rows == nil {
+		t.Fatalf("the store has no readable binding")
+	}
+	for c, cols := range columns {
+		want := ingesttest.Rows{c: db.selectRows(t, c, cols...)}
+		if d := ingesttest.Diff(ingesttest.Rows{c: rows[c]}, want); d != "" {
+			t.Errorf("%s: the store at the end differs from SELECT *: %s", c, shortDiff(d))
+		}
+	}
 }
 
 // TestIngestKeyedIdentityKillLoop is the acceptance test of REPLICA
@@ -409,12 +460,12 @@ func exactChecks(log []keyedTxn, initial keyedModel, matched *int, more func() [
 // binding time; at the end it equals SELECT * of the tables.
 func TestIngestKeyedIdentityKillLoop(t *testing.T) {
 	start := time.Now()
-	db := newIngestDB(t, keyedDDL...)
+	db := newPGDB(t, keyedDDL...)
 	slot := db.newSlotName(t)
 	dir := t.TempDir() + "/store"
 	writer := startKeyedWriter(t, db, 2*time.Millisecond)
-	args := ingestArgs(db, slot, dir, "--interval", "30ms", "--compact-every", "1s")
-	seen := map[uint64]string{}
+	args := keyedArgs(db, slot, dir, "--interval", "30ms", "--compact-every", "1s")
+	seen := ingesttest.Reads{}
 	const kills = 10
 	var matched, rebuilt int
 	keyLine := regexp.MustCompile(`msg="key state rebuilt from the store".*collection=(\S+).*keys=(\d+) bytes=(\d+) bytes_per_key=(\d+)`)
@@ -423,7 +474,7 @@ func TestIngestKeyedIdentityKillLoop(t *testing.T) {
 		p := startProc(t, nil, args...)
 		if k == kills {
 			writer.halt(t)
-			waitCaughtUp(t, db, dir, p)
+			keyedCaughtUp(t, db, dir, p)
 			p.signal(syscall.SIGTERM)
 			if code := p.wait(t, 30*time.Second); code != 0 {
 				t.Fatalf("final ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.bytes())
@@ -436,7 +487,7 @@ func TestIngestKeyedIdentityKillLoop(t *testing.T) {
 				// snapshot is not durable when others' are cannot be
 				// snapshotted again exactly under DEFAULT, see
 				// docs/replicate.md; pkg/snapshot tests that case.)
-				waitLog(t, p, "msg=resume ")
+				ingesttest.WaitStderr(t, binProc{p}, "msg=resume ")
 				d = time.Duration(rand.IntN(60)) * time.Millisecond
 			}
 			time.Sleep(d)
@@ -456,21 +507,14 @@ func TestIngestKeyedIdentityKillLoop(t *testing.T) {
 		if strings.Contains(string(p.stderr.bytes()), "definite error") {
 			t.Fatalf("run %d: a definite error\nstderr:\n%s", k, p.stderr.bytes())
 		}
-		w := walkStore(t, dir, "pg", keyedCollections, exactChecks(writer.log(), writer.initial, &matched, writer.log))
-		for tm, h := range seen {
-			if got, ok := w.hashes[tm]; !ok || got != h {
-				t.Fatalf("run %d: the contents at time %d changed after a restart (hash %q, was %q)", k, tm, got, h)
-			}
+		reads, last, rows := keyedWalk(t, dir, keyedLayout, exactCheck(writer.log(), writer.initial, &matched, writer.log))
+		if err := ingesttest.CompareReads(seen, reads); err != nil {
+			t.Fatalf("run %d: after a restart: %v", k, err)
 		}
-		maps.Copy(seen, w.hashes)
+		seen = reads
 		if k == kills {
-			for _, s := range keyedCollections {
-				want := db.tableRows(t, strings.TrimPrefix(s.name, "public."), s.cols)
-				if got := w.last[s.name].rows; !equalRows(got, want) {
-					t.Errorf("%s: the store at the end differs from SELECT *: %s", s.name, rowsDiff(got, want))
-				}
-			}
-			if last := w.readable[len(w.readable)-1]; frontier.LSN(last.Frontier.Pos()) < writer.log()[len(writer.log())-1].after {
+			checkSelect(t, db, rows, keyedColumns)
+			if log := writer.log(); frontier.LSN(last.Frontier.Pos()) < log[len(log)-1].after {
 				t.Errorf("the last readable binding %v is below the last transaction", last)
 			}
 		}
@@ -488,18 +532,18 @@ func TestIngestKeyedIdentityKillLoop(t *testing.T) {
 // table's rows by key read from the store, and the store follows the
 // updates, key changes and deletes after it exactly.
 func TestIngestIdentityBecomesDefault(t *testing.T) {
-	db := newIngestDB(t,
+	db := newPGDB(t,
 		"CREATE TABLE t (id int PRIMARY KEY, v text NOT NULL)", "ALTER TABLE t REPLICA IDENTITY FULL",
 		"INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 20) g",
 		"CREATE PUBLICATION rtr FOR TABLE t")
 	slot := db.newSlotName(t)
 	dir := t.TempDir() + "/store"
-	p := startProc(t, nil, ingestArgs(db, slot, dir, "--interval", "30ms")...)
-	waitCaughtUp(t, db, dir, p)
+	p := startProc(t, nil, keyedArgs(db, slot, dir, "--interval", "30ms")...)
+	keyedCaughtUp(t, db, dir, p)
 	execAll(t, db.conn, "UPDATE t SET v = 'full' WHERE id = 1", "ALTER TABLE t REPLICA IDENTITY DEFAULT",
 		"UPDATE t SET v = 'x' WHERE id < 5", "UPDATE t SET id = id + 100 WHERE id IN (6, 8)", "DELETE FROM t WHERE id = 7",
 		"BEGIN; INSERT INTO t VALUES (50, 'y'); UPDATE t SET id = 51 WHERE id = 50; UPDATE t SET v = 'z' WHERE id = 51; COMMIT")
-	waitCaughtUp(t, db, dir, p)
+	keyedCaughtUp(t, db, dir, p)
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.bytes())
@@ -509,11 +553,9 @@ func TestIngestIdentityBecomesDefault(t *testing.T) {
 		!regexp.MustCompile(`msg="key state rebuilt from the store".*collection=public.t identity=default key=id keys=20 `).MatchString(stderr) {
 		t.Errorf("the ingest did not resume with the key state of public.t:\n%s", stderr)
 	}
-	spec := []collSpec{{"public.t", 1, []string{"id", "v"}}}
-	w := walkStore(t, dir, "pg", spec, walkOpts{})
-	if want := db.tableRows(t, "t", spec[0].cols); !equalRows(w.last["public.t"].rows, want) {
-		t.Errorf("public.t at the end differs from SELECT *: %s", rowsDiff(w.last["public.t"].rows, want))
-	}
+	lay := ingesttest.Layout{Atomic: true, Sources: []ingesttest.SourceColls{{ID: "pg", Collections: []string{"public.t"}}}}
+	_, _, rows := keyedWalk(t, dir, lay, nil)
+	checkSelect(t, db, rows, map[string][]string{"public.t": {"id", "v"}})
 }
 
 // shortDiff cuts the long notes out of a diff.

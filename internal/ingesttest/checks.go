@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,6 +26,10 @@ type Layout struct {
 	// time, across collections (so the bank's sum holds at every time).
 	// Otherwise each write is its own unit, per collection.
 	Atomic bool
+	// Keys are, per collection, how many of its leading columns form its
+	// key (absent: 1, the bank's account id). No key has two rows at any
+	// time.
+	Keys map[string]int
 }
 
 // SourceColls is a source id and its collections.
@@ -48,14 +53,15 @@ type sourceStore struct {
 	bindings []frontier.Binding
 	readable []frontier.Binding // every collection readable at their time
 	shards   map[string]*store.Shard
+	keys     map[string]int // Layout.Keys
 }
 
-func openSource(ctx context.Context, st *store.Store, sc SourceColls) (*sourceStore, error) {
+func openSource(ctx context.Context, st *store.Store, sc SourceColls, keys map[string]int) (*sourceStore, error) {
 	bs, _, err := st.Bindings(ctx, sc.ID)
 	if err != nil {
 		return nil, fmt.Errorf("bindings of %s: %w", sc.ID, err)
 	}
-	s := &sourceStore{id: sc.ID, bindings: bs, shards: map[string]*store.Shard{}}
+	s := &sourceStore{id: sc.ID, bindings: bs, shards: map[string]*store.Shard{}, keys: keys}
 	minUpper, maxSince := uint64(1<<63), uint64(0)
 	for _, c := range sc.Collections {
 		sh, err := st.Shard(ctx, c)
@@ -79,16 +85,63 @@ func openSource(ctx context.Context, st *store.Store, sc SourceColls) (*sourceSt
 	return s, nil
 }
 
-// stateAt reads the source's collections as of t, checking that every
-// account is present once.
-func (s *sourceStore) stateAt(ctx context.Context, t uint64) (State, error) {
-	out := State{}
+// key is how many leading columns form collection c's key.
+func (s *sourceStore) key(c string) int {
+	if n, ok := s.keys[c]; ok {
+		return n
+	}
+	return 1
+}
+
+// rowsAt reads the source's collections as of t, checking that every row
+// and every key is there once.
+func (s *sourceStore) rowsAt(ctx context.Context, t uint64) (Rows, error) {
+	out := Rows{}
 	for c, sh := range s.shards {
-		rows, err := readAccounts(ctx, sh, t)
+		rows, err := ReadRows(ctx, sh, t)
 		if err != nil {
 			return nil, err
 		}
+		if err := checkRows(rows, s.key(c)); err != nil {
+			return nil, fmt.Errorf("%s as of %d: %w", c, t, err)
+		}
 		out[c] = rows
+	}
+	return out, nil
+}
+
+// stateAt reads the source's bank collections as of t, checking that
+// every account is present once.
+func (s *sourceStore) stateAt(ctx context.Context, t uint64) (State, error) {
+	rows, err := s.rowsAt(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	return bankState(rows)
+}
+
+// Rows are collections' contents as rows: collection -> row -> its
+// multiplicity, a row being its columns' values as text (Arrow's
+// ValueStr, a null as "(null)") joined by "|".
+type Rows map[string]map[string]int64
+
+// ReadRows reads a collection as of t: row -> multiplicity (see Rows),
+// whatever the multiplicities are.
+func ReadRows(ctx context.Context, sh *store.Shard, t uint64) (map[string]int64, error) {
+	rec, err := sh.ReadAsOf(ctx, t)
+	if err != nil {
+		return nil, fmt.Errorf("read %s as of %d: %w", sh.Name(), t, err)
+	}
+	defer rec.Release()
+	us, err := updates(sh.Name(), rec)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, u := range us {
+		if out[u.row] += u.diff; out[u.row] == 0 {
+			delete(out, u.row)
+		}
 	}
 	return out, nil
 }
@@ -96,66 +149,101 @@ func (s *sourceStore) stateAt(ctx context.Context, t uint64) (State, error) {
 // readAccounts reads a bank collection as of t: its first column is the
 // account id, its second the balance (an integer, also as JSON text).
 func readAccounts(ctx context.Context, sh *store.Shard, t uint64) (map[string]int64, error) {
-	rec, err := sh.ReadAsOf(ctx, t)
-	if err != nil {
-		return nil, fmt.Errorf("read %s as of %d: %w", sh.Name(), t, err)
-	}
-	defer rec.Release()
-	rows, err := bankRows(sh.Name(), rec)
+	rows, err := ReadRows(ctx, sh, t)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]int64{}
-	for _, r := range rows {
-		if r.diff != 1 {
-			return nil, fmt.Errorf("%s as of %d: row %s|%s has multiplicity %d", sh.Name(), t, r.id, r.balance, r.diff)
+	if err := checkRows(rows, 1); err != nil {
+		return nil, fmt.Errorf("%s as of %d: %w", sh.Name(), t, err)
+	}
+	return accounts(rows)
+}
+
+// checkRows checks that every row is there once and that no two share a
+// key (their first key columns).
+func checkRows(rows map[string]int64, key int) error {
+	keys := map[string]string{}
+	for row, m := range rows {
+		if m != 1 {
+			return fmt.Errorf("row %s has multiplicity %d", row, m)
 		}
-		if err := addAccount(out, r.id, r.balance); err != nil {
-			return nil, fmt.Errorf("%s as of %d: %w", sh.Name(), t, err)
+		parts := strings.SplitN(row, "|", key+1)
+		k := strings.Join(parts[:min(key, len(parts))], "|")
+		if other, dup := keys[k]; dup {
+			return fmt.Errorf("key %s present twice (rows %s and %s)", k, other, row)
+		}
+		keys[k] = row
+	}
+	return nil
+}
+
+// bankState is the bank contents of rows checked by checkRows.
+func bankState(rows Rows) (State, error) {
+	out := State{}
+	for c, rs := range rows {
+		var err error
+		if out[c], err = accounts(rs); err != nil {
+			return nil, fmt.Errorf("%s: %w", c, err)
 		}
 	}
 	return out, nil
 }
 
-// addAccount adds account id with balance (text) to rows, once.
-func addAccount(rows map[string]int64, id, balance string) error {
-	if _, dup := rows[id]; dup {
-		return fmt.Errorf("account %s present twice", id)
+// accounts are a bank collection's rows "id|balance" as account ->
+// balance.
+func accounts(rows map[string]int64) (map[string]int64, error) {
+	out := map[string]int64{}
+	for row := range rows {
+		id, balance, ok := strings.Cut(row, "|")
+		if !ok || strings.Contains(balance, "|") {
+			return nil, fmt.Errorf("row %s is not an account id and a balance", row)
+		}
+		n, err := strconv.ParseInt(balance, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("account %s: balance %q: %w", id, balance, err)
+		}
+		out[id] = n
 	}
-	n, err := strconv.ParseInt(balance, 10, 64)
-	if err != nil {
-		return fmt.Errorf("account %s: balance %q: %w", id, balance, err)
-	}
-	rows[id] = n
-	return nil
+	return out, nil
 }
 
-// bankRow is one update of a bank collection as the store holds it.
-type bankRow struct {
-	id, balance string
-	time        uint64 // 0 when the record has no _time
-	diff        int64
+// update is one update of a collection as the store holds it.
+type update struct {
+	row  string // see Rows
+	time uint64 // 0 when the record has no _time
+	diff int64
 }
 
-// bankRows are rec's updates: the first column is the account id, the
-// second the balance, then _time (in changes) and _diff.
-func bankRows(coll string, rec arrow.Record) ([]bankRow, error) {
+// updates are rec's updates: every column but _time (in changes) and
+// _diff is the row's.
+func updates(coll string, rec arrow.Record) ([]update, error) {
 	var times *array.Uint64
 	var diffs *array.Int64
+	var cols []arrow.Array
 	for i, f := range rec.Schema().Fields() {
 		switch f.Name {
 		case pipe.ColTime:
 			times, _ = rec.Column(i).(*array.Uint64)
 		case pipe.ColDiff:
 			diffs, _ = rec.Column(i).(*array.Int64)
+		default:
+			cols = append(cols, rec.Column(i))
 		}
 	}
-	if diffs == nil || rec.NumCols() < 3 {
-		return nil, fmt.Errorf("read %s: want id and balance columns and _diff, have %s", coll, rec.Schema())
+	if diffs == nil || len(cols) == 0 {
+		return nil, fmt.Errorf("read %s: want columns and _diff, have %s", coll, rec.Schema())
 	}
-	out := make([]bankRow, rec.NumRows())
+	out := make([]update, rec.NumRows())
+	vals := make([]string, len(cols))
 	for i := range out {
-		out[i] = bankRow{id: rec.Column(0).ValueStr(i), balance: rec.Column(1).ValueStr(i), diff: diffs.Value(i)}
+		for c, a := range cols {
+			if a.IsNull(i) {
+				vals[c] = "(null)"
+			} else {
+				vals[c] = a.ValueStr(i)
+			}
+		}
+		out[i] = update{row: strings.Join(vals, "|"), diff: diffs.Value(i)}
 		if times != nil {
 			out[i].time = times.Value(i)
 		}
@@ -170,18 +258,18 @@ type replay struct {
 	src     *sourceStore
 	updates []replayed
 	next    int
-	rows    map[string]map[string]int64 // collection -> "id|balance" -> multiplicity
+	rows    Rows
 }
 
 type replayed struct {
 	coll string
-	bankRow
+	update
 }
 
 // newReplay reads the source's updates up to time last, checking that
 // every change sits at a binding time.
 func newReplay(ctx context.Context, src *sourceStore, last uint64) (*replay, error) {
-	r := &replay{src: src, rows: map[string]map[string]int64{}}
+	r := &replay{src: src, rows: Rows{}}
 	times := map[uint64]bool{}
 	for _, b := range src.bindings {
 		times[b.Time] = true
@@ -192,29 +280,29 @@ func newReplay(ctx context.Context, src *sourceStore, last uint64) (*replay, err
 		if err != nil {
 			return nil, fmt.Errorf("read %s as of its since %d: %w", c, sh.Since(), err)
 		}
-		rows, err := bankRows(c, base)
+		us, err := updates(c, base)
 		base.Release()
 		if err != nil {
 			return nil, err
 		}
-		for _, row := range rows {
-			row.time = sh.Since()
-			r.updates = append(r.updates, replayed{c, row})
+		for _, u := range us {
+			u.time = sh.Since()
+			r.updates = append(r.updates, replayed{c, u})
 		}
 		rec, err := sh.Changes(ctx, sh.Since(), last)
 		if err != nil {
 			return nil, fmt.Errorf("changes of %s up to %d: %w", c, last, err)
 		}
-		rows, err = bankRows(c, rec)
+		us, err = updates(c, rec)
 		rec.Release()
 		if err != nil {
 			return nil, err
 		}
-		for _, row := range rows {
-			if !times[row.time] {
-				return nil, fmt.Errorf("%s has an update at %d, which is no binding time of source %s", c, row.time, src.id)
+		for _, u := range us {
+			if !times[u.time] {
+				return nil, fmt.Errorf("%s has an update at %d, which is no binding time of source %s", c, u.time, src.id)
 			}
-			r.updates = append(r.updates, replayed{c, row})
+			r.updates = append(r.updates, replayed{c, u})
 		}
 	}
 	sort.SliceStable(r.updates, func(i, j int) bool { return r.updates[i].time < r.updates[j].time })
@@ -224,12 +312,12 @@ func newReplay(ctx context.Context, src *sourceStore, last uint64) (*replay, err
 // read is the contents as of binding time t (never decreasing from one
 // call to the next) replayed; with asOf they are also read as of t, which
 // must agree.
-func (r *replay) read(ctx context.Context, t uint64, asOf bool) (State, error) {
+func (r *replay) read(ctx context.Context, t uint64, asOf bool) (Rows, error) {
 	s, err := r.at(t)
 	if err != nil || !asOf {
 		return s, err
 	}
-	got, err := r.src.stateAt(ctx, t)
+	got, err := r.src.rowsAt(ctx, t)
 	if err != nil {
 		return nil, err
 	}
@@ -240,28 +328,21 @@ func (r *replay) read(ctx context.Context, t uint64, asOf bool) (State, error) {
 }
 
 // at applies the updates up to t (t never decreasing from one call to
-// the next) and returns the contents, checking that every row is there
-// once.
-func (r *replay) at(t uint64) (State, error) {
+// the next) and returns a copy of the contents, checking that every row
+// and every key is there once.
+func (r *replay) at(t uint64) (Rows, error) {
 	for ; r.next < len(r.updates) && r.updates[r.next].time <= t; r.next++ {
 		u := r.updates[r.next]
-		row := u.id + "|" + u.balance
-		if r.rows[u.coll][row] += u.diff; r.rows[u.coll][row] == 0 {
-			delete(r.rows[u.coll], row)
+		if r.rows[u.coll][u.row] += u.diff; r.rows[u.coll][u.row] == 0 {
+			delete(r.rows[u.coll], u.row)
 		}
 	}
-	out := State{}
+	out := Rows{}
 	for c, rows := range r.rows {
-		out[c] = map[string]int64{}
-		for row, m := range rows {
-			id, bal, _ := strings.Cut(row, "|")
-			if m != 1 {
-				return nil, fmt.Errorf("%s replayed to %d: row %s has multiplicity %d", c, t, row, m)
-			}
-			if err := addAccount(out[c], id, bal); err != nil {
-				return nil, fmt.Errorf("%s replayed to %d: %w", c, t, err)
-			}
+		if err := checkRows(rows, r.src.key(c)); err != nil {
+			return nil, fmt.Errorf("%s replayed to %d: %w", c, t, err)
 		}
+		out[c] = maps.Clone(rows)
 	}
 	return out, nil
 }
@@ -299,7 +380,7 @@ func CheckTimes(ctx context.Context, dir string, lay Layout, log *Log) (TimesRep
 	initial, txns := log.Read()
 	wantSum := initial.Sum()
 	for _, sc := range lay.Sources {
-		src, err := openSource(ctx, st, sc)
+		src, err := openSource(ctx, st, sc, lay.Keys)
 		if err != nil {
 			return rep, err
 		}
@@ -344,7 +425,11 @@ func CheckTimes(ctx context.Context, dir string, lay Layout, log *Log) (TimesRep
 			return rep, fmt.Errorf("source %s: %w", sc.ID, err)
 		}
 		for i, b := range src.readable {
-			got, err := rp.read(ctx, b.Time, true)
+			rows, err := rp.read(ctx, b.Time, true)
+			var got State
+			if err == nil {
+				got, err = bankState(rows)
+			}
 			if err != nil {
 				return rep, fmt.Errorf("source %s binding %d: %w", sc.ID, i, err)
 			}
@@ -424,7 +509,7 @@ func Latest(ctx context.Context, dir string, lay Layout) (State, error) {
 	}
 	out := State{}
 	for _, sc := range lay.Sources {
-		src, err := openSource(ctx, st, sc)
+		src, err := openSource(ctx, st, sc, lay.Keys)
 		if err != nil {
 			return nil, err
 		}
@@ -446,10 +531,31 @@ func Latest(ctx context.Context, dir string, lay Layout) (State, error) {
 // time -> hash of the source's collections.
 type Reads map[string]map[uint64]uint64
 
-// RecordReads reads every readable binding time of every source: from its
-// since and changes replayed, and as of the time for the last one and
-// every 97th (CheckTimes reads every one both ways).
+// RecordReads reads every readable binding time of every source: Walk
+// without a visit.
 func RecordReads(ctx context.Context, dir string, lay Layout) (Reads, error) {
+	return Walk(ctx, dir, lay, WalkOptions{})
+}
+
+// WalkOptions are what Walk does beyond its own checks.
+type WalkOptions struct {
+	// AsOf says at which of a source's n readable bindings (the i-th,
+	// from 0) the contents are also read as of the binding's time (nil:
+	// the last one and every 97th; CheckTimes reads every one both
+	// ways).
+	AsOf func(i, n int) bool
+	// Visit, if set, sees every source's contents at each of its
+	// readable bindings, in time order (rows are its own); an error ends
+	// the walk with it.
+	Visit func(source string, b frontier.Binding, rows Rows) error
+}
+
+// Walk reads every readable binding time of every source of lay: its
+// collections rebuilt from their since and changes (every change at a
+// binding time), no row twice and no key (Layout.Keys) twice at any of
+// them, and read as of the time alike where o.AsOf says. It returns the
+// reads; a store or a source not there yet has none.
+func Walk(ctx context.Context, dir string, lay Layout, o WalkOptions) (Reads, error) {
 	st, err := openStore(ctx, dir)
 	if errors.Is(err, store.ErrNoStore) {
 		return Reads{}, nil
@@ -457,10 +563,14 @@ func RecordReads(ctx context.Context, dir string, lay Layout) (Reads, error) {
 	if err != nil {
 		return nil, err
 	}
+	asOf := o.AsOf
+	if asOf == nil {
+		asOf = func(i, n int) bool { return i == n-1 || i%97 == 0 }
+	}
 	out := Reads{}
 	for _, sc := range lay.Sources {
 		out[sc.ID] = map[uint64]uint64{}
-		src, err := openSource(ctx, st, sc)
+		src, err := openSource(ctx, st, sc, lay.Keys)
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}
@@ -475,11 +585,14 @@ func RecordReads(ctx context.Context, dir string, lay Layout) (Reads, error) {
 			return nil, fmt.Errorf("source %s: %w", sc.ID, err)
 		}
 		for i, b := range src.readable {
-			s, err := rp.read(ctx, b.Time, i == len(src.readable)-1 || i%97 == 0)
-			if err != nil {
-				return nil, fmt.Errorf("source %s binding %d: %w", sc.ID, i, err)
+			rows, err := rp.read(ctx, b.Time, asOf(i, len(src.readable)))
+			if err == nil && o.Visit != nil {
+				err = o.Visit(sc.ID, b, rows)
 			}
-			out[sc.ID][b.Time] = hashState(s)
+			if err != nil {
+				return nil, fmt.Errorf("source %s binding %d (time %d, frontier %s): %w", sc.ID, i, b.Time, b.Frontier, err)
+			}
+			out[sc.ID][b.Time] = hashState(rows)
 		}
 	}
 	return out, nil
@@ -552,7 +665,7 @@ func FirstBinding(ctx context.Context, dir string, sc SourceColls) (uint64, Stat
 	if err != nil {
 		return 0, nil, err
 	}
-	src, err := openSource(ctx, st, sc)
+	src, err := openSource(ctx, st, sc, nil)
 	if err != nil {
 		return 0, nil, err
 	}

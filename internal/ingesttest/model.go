@@ -57,8 +57,8 @@ func (s State) Sum() int64 {
 }
 
 // Diff describes up to five differences between got and want ("" when
-// they are equal).
-func Diff(got, want State) string {
+// they are equal): states, or Rows.
+func Diff[S ~map[string]map[string]int64](got, want S) string {
 	var d []string
 	colls := map[string]bool{}
 	for c := range got {
@@ -228,8 +228,9 @@ func steps(txns []Txn, coll string) []step {
 	return out
 }
 
-// hashState is an order-independent hash of a state's rows.
-func hashState(s State) uint64 {
+// hashState is an order-independent hash of a state's rows (or of Rows
+// with their multiplicities).
+func hashState[S ~map[string]map[string]int64](s S) uint64 {
 	var h uint64
 	for c, rows := range s {
 		for k, v := range rows {

@@ -559,7 +559,7 @@ func KillLoop(t *testing.T, h Harness, fx Fixture, o KillOptions) KillReport {
 		p := h.Run(t, nil, args...)
 		run := o.MinRun + rand.N(o.MaxRun-o.MinRun+1)
 		if k < o.Early {
-			waitStderr(t, p, "msg=snapshot ", "msg=resume ")
+			WaitStderr(t, p, "msg=snapshot ", "msg=resume ")
 			run = rand.N(80 * time.Millisecond)
 		}
 		for until := time.Now().Add(run); time.Now().Before(until); time.Sleep(30 * time.Millisecond) {
@@ -624,8 +624,8 @@ func KillLoop(t *testing.T, h Harness, fx Fixture, o KillOptions) KillReport {
 	return rep
 }
 
-// waitStderr waits until p logs one of the strings.
-func waitStderr(t *testing.T, p Proc, any ...string) {
+// WaitStderr waits until p logs one of the strings.
+func WaitStderr(t *testing.T, p Proc, any ...string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -789,32 +789,48 @@ func testRestart(t *testing.T, h Harness, fx Fixture) {
 // store may be ahead of the log, so contents are checked after it stops).
 func WaitEqualLog(t *testing.T, dir string, lay Layout, log *Log, p Proc, timeout time.Duration) time.Duration {
 	t.Helper()
-	start := time.Now()
 	_, txns := log.Read()
+	past := map[string][]Pos{}
+	for _, sc := range lay.Sources {
+		coll := ""
+		if !lay.Atomic {
+			coll = sc.Collections[0]
+		}
+		var pos []Pos
+		for _, u := range steps(txns, coll) {
+			pos = append(pos, u.pos...)
+		}
+		past[sc.ID] = pos
+	}
+	return WaitDurable(t, dir, past, p, timeout)
+}
+
+// WaitDurable waits until the store has a durable frontier (past its
+// first binding's) for every source of past, surely beyond each of the
+// source's positions there, or fails the test after timeout.
+func WaitDurable(t *testing.T, dir string, past map[string][]Pos, p Proc, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
 	for {
 		done := true
 		var err error
-		for _, sc := range lay.Sources {
-			coll := ""
-			if !lay.Atomic {
-				coll = sc.Collections[0]
-			}
+		n := 0
+		for src, pos := range past {
+			n += len(pos)
 			var d frontier.Frontier
-			if d, err = Durable(t.Context(), dir, sc.ID); err != nil || d.IsEmpty() {
+			if d, err = Durable(t.Context(), dir, src); err != nil || d.IsEmpty() {
 				done = false
 				continue
 			}
-			for _, u := range steps(txns, coll) {
-				for _, p := range u.pos {
-					done = done && p.surely(d)
-				}
+			for _, p := range pos {
+				done = done && p.surely(d)
 			}
 		}
 		if done {
 			return time.Since(start)
 		}
 		if p.Exited() || time.Since(start) > timeout {
-			t.Fatalf("the store did not reach %d transactions within %s (%v)\nstderr:\n%s", len(txns), timeout, err, tail(p.Stderr()))
+			t.Fatalf("the store's durable frontier did not pass %d positions within %s (%v)\nstderr:\n%s", n, timeout, err, tail(p.Stderr()))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
