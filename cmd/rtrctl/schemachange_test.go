@@ -3,14 +3,14 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"net/url"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rtrctl/rtrctl/internal/ingesttest"
@@ -18,9 +18,8 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/store"
 )
 
-// readRows reads collection as of t, every user column as text joined
-// by "|" (null as "NULL"), one line per copy of a row, sorted.
-func readRows(ctx context.Context, dir, collection string, t uint64) ([]string, error) {
+// readRows reads collection as of t (ingesttest.Rows form).
+func readRows(ctx context.Context, dir, collection string, t uint64) (map[string]int64, error) {
 	st, err := store.Open(ctx, dir, store.Options{MustExist: true})
 	if err != nil {
 		return nil, err
@@ -29,34 +28,13 @@ func readRows(ctx context.Context, dir, collection string, t uint64) ([]string, 
 	if err != nil {
 		return nil, err
 	}
-	rec, err := sh.ReadAsOf(ctx, t)
-	if err != nil {
-		return nil, err
-	}
-	defer rec.Release()
-	diffs := rec.Column(int(rec.NumCols()) - 1).(*array.Int64)
-	var out []string
-	for i := 0; i < int(rec.NumRows()); i++ {
-		var cells []string
-		for c := 0; c < int(rec.NumCols())-1; c++ {
-			v := rec.Column(c).ValueStr(i)
-			if rec.Column(c).IsNull(i) {
-				v = "NULL"
-			}
-			cells = append(cells, v)
-		}
-		for n := int64(0); n < diffs.Value(i); n++ {
-			out = append(out, strings.Join(cells, "|"))
-		}
-	}
-	slices.Sort(out)
-	return out, nil
+	return ingesttest.ReadRows(ctx, sh, t)
 }
 
-// selectRows is readRows of the table upstream: each column as its text.
-func selectRows(t *testing.T, conn *pgx.Conn, table string) []string {
+// selectAll is readRows of the table upstream, in its columns now.
+func selectAll(t *testing.T, db *ingestDB, table string) map[string]int64 {
 	t.Helper()
-	rows, err := conn.Query(ctxT(t), `SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, table)
+	rows, err := db.conn.Query(ctxT(t), `SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, table)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,20 +42,7 @@ func selectRows(t *testing.T, conn *pgx.Conn, table string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var exprs []string
-	for _, c := range cols {
-		exprs = append(exprs, "coalesce("+pgx.Identifier{c}.Sanitize()+"::text, 'NULL')")
-	}
-	rows, err = conn.Query(ctxT(t), "SELECT concat_ws('|', "+strings.Join(exprs, ", ")+") FROM "+table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(out)
-	return out
+	return db.selectRows(t, table, cols...)
 }
 
 // bindingReads reads both bank collections at every binding time of
@@ -103,9 +68,9 @@ func bindingReads(t *testing.T, dir, source string) map[uint64]string {
 				break
 			}
 			if err != nil {
-				rows = []string{"error: " + err.Error()}
+				rows = map[string]int64{"error: " + err.Error(): 1}
 			}
-			parts = append(parts, c+": "+strings.Join(rows, " "))
+			parts = append(parts, fmt.Sprintf("%s: %v", c, rows))
 		}
 		if parts != nil {
 			out[b.Time] = strings.Join(parts, "\n")
@@ -155,13 +120,13 @@ func TestIngestSchemaChanges(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: read %s as of %d: %v\nstderr:\n%s", what, c, at, err, p.Stderr())
 			}
-			if want := selectRows(t, db.conn, c); !slices.Equal(got, want) {
-				t.Fatalf("%s: %s as of %d:\n%q\nwant (SELECT *):\n%q\nstderr:\n%s", what, c, at, got, want, p.Stderr())
+			if want := selectAll(t, db, c); !maps.Equal(got, want) {
+				t.Fatalf("%s: %s as of %d:\n%v\nwant (SELECT *):\n%v\nstderr:\n%s", what, c, at, got, want, p.Stderr())
 			}
 		}
 	}
 	t0 := waitRecent(t, p, fx.dsn, dir, "public.acc_a")
-	before := selectRows(t, db.conn, "public.acc_a")
+	before := selectAll(t, db, "public.acc_a")
 
 	// While the ingest runs: a column with a default, then a change of
 	// both tables in one transaction.
@@ -169,8 +134,8 @@ func TestIngestSchemaChanges(t *testing.T) {
 		"BEGIN", "UPDATE acc_a SET balance = balance + 1, note = 'x' WHERE id = 1", "UPDATE acc_b SET balance = balance - 1 WHERE id = 1", "COMMIT")
 	t1 := waitRecent(t, p, fx.dsn, dir, "public.acc_a")
 	same("after ADD COLUMN", t1)
-	if got, err := readRows(ctxT(t), dir, "public.acc_a", t0); err != nil || !slices.Equal(got, before) {
-		t.Fatalf("as of %d, before the change: %q, %v; want the old rows in the old columns %q", t0, got, err, before)
+	if got, err := readRows(ctxT(t), dir, "public.acc_a", t0); err != nil || !maps.Equal(got, before) {
+		t.Fatalf("as of %d, before the change: %v, %v; want the old rows in the old columns %v", t0, got, err, before)
 	}
 	execAll(t, db.conn, "ALTER TABLE acc_a ALTER COLUMN balance TYPE integer", "UPDATE acc_a SET note = 'y' WHERE id = 2")
 	same("after a type change", waitRecent(t, p, fx.dsn, dir, "public.acc_a"))
@@ -218,5 +183,62 @@ func TestIngestSchemaChanges(t *testing.T) {
 		if got, ok := readsAfter[at]; ok && got != want {
 			t.Fatalf("after --resnapshot, the read at binding %d changed:\n%s\nwas:\n%s", at, got, want)
 		}
+	}
+}
+
+// TestIngestTablesAddedAndRemoved: a table added to the publication while
+// the ingest runs under a write load is snapshotted in the stream, and a
+// wait-recent issued right after the ALTER PUBLICATION includes it,
+// exactly; a table removed from the publication gets a definite error,
+// and added back it is snapshotted again (which clears the error).
+func TestIngestTablesAddedAndRemoved(t *testing.T) {
+	fx, db := newPGBank(t)
+	const source = "add"
+	lay := fx.Layout(source)
+	dir := filepath.Join(t.TempDir(), "store")
+	p := runBin(t, nil, append(fx.IngestArgs(dir, source), "--interval", "20ms")...)
+	ingesttest.WaitEqual(t, fx, dir, lay, p, 60*time.Second)
+	log := ingesttest.NewLog(ingesttest.InitialState(lay.Collections()))
+	w := ingesttest.StartWriter(t, fx, log, ingesttest.WriterOptions{Pause: 3 * time.Millisecond})
+	execAll(t, db.conn, "CREATE TABLE acc_c (id int PRIMARY KEY, v text)", "ALTER TABLE acc_c REPLICA IDENTITY FULL",
+		"INSERT INTO acc_c SELECT g, 'v' || g FROM generate_series(1, 50) g")
+	began := time.Now()
+	execAll(t, db.conn, "ALTER PUBLICATION rtr ADD TABLE acc_c")
+	at := waitRecent(t, p, fx.dsn, dir, "public.acc_a")
+	took := time.Since(began)
+	got, err := readRows(ctxT(t), dir, "public.acc_c", at)
+	if err != nil {
+		t.Fatalf("read the added table at the wait-recent answer after the ALTER: %v\nstderr:\n%s", err, p.Stderr())
+	}
+	if want := selectAll(t, db, "public.acc_c"); !maps.Equal(got, want) {
+		t.Fatalf("public.acc_c at %d: %v, want %v", at, got, want)
+	}
+	t.Logf("the added table was readable at a wait-recent answer %s after the ALTER PUBLICATION (under a write load: %d transactions so far)", took.Round(time.Millisecond), log.Len())
+	execAll(t, db.conn, "UPDATE acc_c SET v = 'x' WHERE id < 10", "DELETE FROM acc_c WHERE id > 40", "INSERT INTO acc_c VALUES (99, NULL)")
+	at = waitRecent(t, p, fx.dsn, dir, "public.acc_c")
+	if got, err := readRows(ctxT(t), dir, "public.acc_c", at); err != nil || !maps.Equal(got, selectAll(t, db, "public.acc_c")) {
+		t.Fatalf("public.acc_c after changes: %v, %v; want %v", got, err, selectAll(t, db, "public.acc_c"))
+	}
+
+	// Removed: a definite error from where the stream was.
+	execAll(t, db.conn, "ALTER PUBLICATION rtr DROP TABLE acc_c", "UPDATE acc_c SET v = 'gone' WHERE id = 1")
+	at = waitRecent(t, p, fx.dsn, dir, "public.acc_a")
+	var de *store.DefiniteError
+	if _, err := readRows(ctxT(t), dir, "public.acc_c", at); !errors.As(err, &de) || !strings.Contains(de.Message, "removed from publication") {
+		t.Fatalf("read the removed table at %d: %v, want its definite error", at, err)
+	}
+	// Added back: snapshotted again, the error cleared from then on.
+	execAll(t, db.conn, "ALTER PUBLICATION rtr ADD TABLE acc_c")
+	at = waitRecent(t, p, fx.dsn, dir, "public.acc_a")
+	if got, err := readRows(ctxT(t), dir, "public.acc_c", at); err != nil || !maps.Equal(got, selectAll(t, db, "public.acc_c")) {
+		t.Fatalf("public.acc_c added back: %v, %v; want %v\nstderr:\n%s", got, err, selectAll(t, db, "public.acc_c"), p.Stderr())
+	}
+	w.Halt(t)
+	if err := w.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ingesttest.WaitEqual(t, fx, dir, lay, p, 60*time.Second)
+	if code := p.Stop(t); code != 0 {
+		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.Stderr())
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
@@ -71,6 +72,9 @@ type PG struct {
 	cfg   PGConfig
 	log   *slog.Logger
 	nudge chan struct{}
+	// pollNow asks the stream's sink to read the publication's tables at
+	// its next progress (a recency waiter nudged it).
+	pollNow atomic.Bool
 	// tables are the collections this run ingests: the slot also streams
 	// the publication's other tables, which a --tables subset drops.
 	tables map[string]bool
@@ -186,7 +190,7 @@ func (p *PG) Stream(ctx context.Context, r StreamRequest) error {
 		// start, so replication starts where the slot does.
 		startLSN = 0
 	}
-	sink := &pgSink{Sink: r.Sink, p: p, ctx: ctx, keep: p.tables, skip: p.skip}
+	sink := &pgSink{Sink: r.Sink, p: p, ctx: ctx, keep: p.tables, skip: p.skip, add: r.Add, subset: len(p.cfg.Tables) > 0, removed: map[string]bool{}}
 	defer sink.close()
 	for _, c := range p.cfg.Resnapshot {
 		if n, err := pgarrow.ParseTableName(c); err == nil {
@@ -337,6 +341,7 @@ func (p *PG) Resume(ctx context.Context, r Resume) error {
 
 // Nudge implements Nudger: a standby status update with reply requested.
 func (p *PG) Nudge(string) {
+	p.pollNow.Store(true)
 	select {
 	case p.nudge <- struct{}{}:
 	default:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/rtrctl/rtrctl/internal/arrowutil"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
@@ -54,7 +56,24 @@ type pgSink struct {
 	// already (the collection is ahead of the stream's start).
 	skip map[string]frontier.LSN
 	jobs []*resnap
+
+	// Tables added to or removed from the publication are found by
+	// polling it (every pollInterval, and at once after a nudge): the
+	// WAL position is read first, then the tables, so every change of
+	// the publication before that position is seen, and progress is
+	// reported no further than the last poll's position: no binding
+	// passes a publication change that was not noticed.
+	add      func(timeline string, c Collection) error
+	subset   bool // a --tables run: tables added are not its own
+	conn     *pgx.Conn
+	lastPoll time.Time
+	pollCap  frontier.LSN
+	polled   bool
+	removed  map[string]bool // tables removed, given their error
 }
+
+// pollInterval is how often the publication's tables are read.
+const pollInterval = time.Second
 
 // resnap is one re-snapshot of a collection at source time at.
 type resnap struct {
@@ -63,6 +82,12 @@ type resnap struct {
 	table *pgarrow.Table // as the stream describes it from at on
 	why   string
 	held  []arrow.Record // the collection's changes after at, in order
+	// limit is how far progress may go while it runs: at, or for a table
+	// added to the publication the position of the poll before the one
+	// that found it (before the change), so that the first binding past
+	// the change (the one a wait-recent issued after it answers) is also
+	// past the table's reset.
+	limit frontier.LSN
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -84,9 +109,9 @@ func (s *pgSink) job(coll string) *resnap {
 
 // start re-snapshots coll at at, after what the stream handed over so
 // far; t is the stream's description of the table from at on.
-func (s *pgSink) start(coll string, at frontier.LSN, t *pgarrow.Table, why string) {
+func (s *pgSink) start(coll string, at frontier.LSN, t *pgarrow.Table, why string) *resnap {
 	ctx, cancel := context.WithCancel(s.ctx)
-	j := &resnap{coll: coll, at: at, table: t, why: why, cancel: cancel, done: make(chan struct{})}
+	j := &resnap{coll: coll, at: at, limit: at, table: t, why: why, cancel: cancel, done: make(chan struct{})}
 	s.jobs = append(s.jobs, j)
 	s.p.log.Info("re-snapshot", "source", s.p.cfg.Source, "collection", coll, "at", at, "why", why)
 	go func() {
@@ -105,6 +130,7 @@ func (s *pgSink) start(coll string, at frontier.LSN, t *pgarrow.Table, why strin
 			j.copied = tabs[0]
 		}
 	}()
+	return j
 }
 
 // abort ends j without a reset: the collection has a definite error at
@@ -199,8 +225,11 @@ func (s *pgSink) Reset(coll string, at frontier.Time, schema *arrow.Schema) erro
 
 // Progress implements pipe.Sink: finished re-snapshots are handed over
 // once the stream has reached their copies, and progress stops at the
-// earliest one still running.
+// earliest one still running and at the last poll of the publication.
 func (s *pgSink) Progress(coll string, upper frontier.Frontier) error {
+	if err := s.poll(upper); err != nil {
+		return err
+	}
 	for len(s.jobs) > 0 {
 		j := s.jobs[0]
 		if !isDone(j) || (j.err == nil && upper.Pos() < uint64(j.snapLSN)) {
@@ -211,16 +240,120 @@ func (s *pgSink) Progress(coll string, upper frontier.Frontier) error {
 			return err
 		}
 	}
-	if len(s.jobs) > 0 {
-		lo := s.jobs[0].at
-		for _, j := range s.jobs {
-			lo = min(lo, j.at)
-		}
-		if upper.Pos() > uint64(lo) {
-			upper = frontier.Single(frontier.DomainLSN, uint64(lo))
-		}
+	lo := frontier.LSN(upper.Pos())
+	if s.polled {
+		lo = min(lo, s.pollCap)
+	}
+	for _, j := range s.jobs {
+		lo = min(lo, j.limit)
+	}
+	if uint64(lo) < upper.Pos() {
+		upper = frontier.Single(frontier.DomainLSN, uint64(lo))
 	}
 	return s.Sink.Progress(coll, upper)
+}
+
+// poll reads the publication's tables when it is time: a table added is
+// registered (StreamRequest.Add) and re-snapshotted from the poll's WAL
+// position on, with progress held before it; a table removed gets a
+// definite error at the last poll's position (it was still published
+// there, and no binding has passed it).
+func (s *pgSink) poll(upper frontier.Frontier) error {
+	if s.polled && time.Since(s.lastPoll) < pollInterval && !s.p.pollNow.Swap(false) {
+		return nil
+	}
+	s.lastPoll = time.Now()
+	ctx := s.ctx
+	if s.conn == nil || s.conn.IsClosed() {
+		c, err := s.p.cfg.Upstream.Connect(ctx)
+		if err != nil {
+			s.p.log.Warn("cannot read the publication's tables; retrying", "source", s.p.cfg.Source, "error", err)
+			return nil
+		}
+		s.conn = c
+	}
+	var at string
+	if err := s.conn.QueryRow(ctx, "SELECT pg_catalog.pg_current_wal_lsn()::text").Scan(&at); err != nil {
+		s.p.log.Warn("cannot read the WAL position; retrying", "source", s.p.cfg.Source, "error", err)
+		s.conn.Close(context.Background())
+		return nil
+	}
+	lsn, err := frontier.ParseLSN(at)
+	if err != nil {
+		return fmt.Errorf("poll publication %s: %w", s.p.cfg.Publication, err)
+	}
+	rows, err := s.conn.Query(ctx, "SELECT schemaname::text, tablename::text FROM pg_catalog.pg_publication_tables WHERE pubname = $1", s.p.cfg.Publication)
+	if err != nil {
+		s.p.log.Warn("cannot read the publication's tables; retrying", "source", s.p.cfg.Source, "error", err)
+		s.conn.Close(context.Background())
+		return nil
+	}
+	published := map[string]pgarrow.TableName{}
+	for rows.Next() {
+		var n pgarrow.TableName
+		if err := rows.Scan(&n.Schema, &n.Name); err != nil {
+			rows.Close()
+			return fmt.Errorf("poll publication %s: %w", s.p.cfg.Publication, err)
+		}
+		published[n.String()] = n
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("poll publication %s: %w", s.p.cfg.Publication, err)
+	}
+	// No binding has passed limit: a change of the publication found now
+	// (after the last poll) is timed there, so that the first binding
+	// past it is past the change.
+	limit := frontier.LSN(upper.Pos())
+	if s.polled {
+		limit = min(limit, s.pollCap)
+	}
+	for _, name := range slices.Sorted(maps.Keys(published)) {
+		if s.keep[name] && !s.removed[name] || s.subset || s.add == nil {
+			continue
+		}
+		if err := s.added(name, published[name], lsn, limit); err != nil {
+			return err
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.keep)) {
+		if _, ok := published[name]; ok || s.removed[name] {
+			continue
+		}
+		s.removed[name] = true
+		if j := s.job(name); j != nil {
+			s.jobs = slices.DeleteFunc(s.jobs, func(x *resnap) bool { return x == j })
+			j.cancel()
+			<-j.done
+			j.release()
+		}
+		s.p.log.Warn("table removed from the publication; its collection stops", "source", s.p.cfg.Source, "collection", name)
+		if err := s.Sink.Error(name, frontier.Time{Pos: uint64(limit)}, fmt.Sprintf("%s was removed from publication %s before %s; the collection stops here: add it back (ALTER PUBLICATION %s ADD TABLE %s) and it is snapshotted again",
+			name, s.p.cfg.Publication, lsn, pgarrow.QuoteIdent(s.p.cfg.Publication), name)); err != nil {
+			return err
+		}
+	}
+	s.pollCap, s.polled = lsn, true
+	return nil
+}
+
+// added takes a table added to the publication on from at.
+func (s *pgSink) added(name string, n pgarrow.TableName, at, limit frontier.LSN) error {
+	t, err := pgarrow.LoadTableByName(s.ctx, s.conn, n)
+	if err != nil {
+		return fmt.Errorf("add %s: %w", name, err)
+	}
+	if err := s.add(s.p.cfg.Source, Collection{Name: name, Schema: arrow.NewSchema(t.Fields(), nil)}); err != nil {
+		return err
+	}
+	s.keep[name] = true
+	delete(s.removed, name)
+	s.p.tabs[name] = t
+	if t.ReplicaIdentity != "full" {
+		return s.Sink.Error(name, frontier.Time{Pos: uint64(at)}, fmt.Sprintf("%s was added to publication %s with replica identity %s, which a snapshot in the stream cannot take; the collection stops here: run ALTER TABLE %s REPLICA IDENTITY FULL, then the ingest with --resnapshot %s",
+			name, s.p.cfg.Publication, t.ReplicaIdentity, t.QuotedName(), name))
+	}
+	s.start(name, at, t, "added to publication "+s.p.cfg.Publication).limit = limit
+	return nil
 }
 
 func isDone(j *resnap) bool {
@@ -335,6 +468,9 @@ func (s *pgSink) RelationChanged(t *pgarrow.Table, at frontier.LSN, change strin
 
 // close stops the copies still running.
 func (s *pgSink) close() {
+	if s.conn != nil {
+		s.conn.Close(context.Background())
+	}
 	for _, j := range s.jobs {
 		j.cancel()
 		<-j.done

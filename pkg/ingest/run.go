@@ -72,8 +72,11 @@ type timeline struct {
 	w      *storeWriter
 	srv    *recency.Server
 	shards map[string]*store.Shard
-	// ackColls are the collections acknowledgement waits for.
+	// ackColls are the collections acknowledgement waits for; guarded by
+	// mu once the stream runs.
 	ackColls []string
+	// info is what the store records of the source.
+	info store.SourceInfo
 
 	mu      sync.Mutex // guards rc and errored
 	rc      *reclock.Reclocker
@@ -165,7 +168,7 @@ func runOnce(ctx context.Context, src Source, st *store.Store, opts Options) (er
 		return nil
 	}, st, d.log)
 	retry.Progress(ctx) // this attempt got as far as streaming
-	err = src.Stream(streamCtx, StreamRequest{Start: start, Sink: d, Ack: d.ack, RetryFor: streamRetryFor(opts.RetryFor), Schema: d.schemaOf})
+	err = src.Stream(streamCtx, StreamRequest{Start: start, Sink: d, Ack: d.ack, RetryFor: streamRetryFor(opts.RetryFor), Schema: d.schemaOf, Add: d.add})
 	stopStream()
 	if terr := bg.wait(); terr != nil {
 		return terr
@@ -255,6 +258,7 @@ func (d *driver) start(ctx context.Context, tl Timeline) error {
 	if err := st.WriteSourceInfo(info); err != nil {
 		return fmt.Errorf("ingest %s: %w", tl.ID, err)
 	}
+	t.info = info
 
 	t.w = newStoreWriter(st, tl.ID, names)
 	t.w.afterCommit = d.opts.AfterCommit
@@ -283,6 +287,7 @@ func (d *driver) start(ctx context.Context, tl Timeline) error {
 				return fmt.Errorf("ingest %s: %w", tl.ID, err)
 			}
 			info.HTTP = addr
+			t.info = info
 			if err := st.WriteSourceInfo(info); err != nil {
 				return fmt.Errorf("ingest %s: %w", tl.ID, err)
 			}
@@ -380,7 +385,10 @@ func (d *driver) ack(ctx context.Context, id string) (frontier.Frontier, error) 
 		if t.ID != id {
 			continue
 		}
-		u, err := d.st.LeastUpper(ctx, t.ackColls)
+		t.mu.Lock()
+		colls := slices.Clone(t.ackColls)
+		t.mu.Unlock()
+		u, err := d.st.LeastUpper(ctx, colls)
 		if err != nil {
 			return frontier.Frontier{}, err
 		}
@@ -503,4 +511,39 @@ func (d *driver) schemaOf(collection string) *arrow.Schema {
 		return nil
 	}
 	return sh.Schema()
+}
+
+// add is StreamRequest.Add.
+func (d *driver) add(id string, c Collection) error {
+	if d.byColl[c.Name] != nil {
+		return nil
+	}
+	var t *timeline
+	for _, x := range d.tls {
+		if x.ID == id {
+			t = x
+		}
+	}
+	if t == nil {
+		return fmt.Errorf("ingest: add %s to unknown source %q", c.Name, id)
+	}
+	sh, err := d.collection(d.ctx, t.Timeline, c)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.shards[c.Name] = sh
+	t.Collections = append(t.Collections, c)
+	d.byColl[c.Name] = t
+	if !slices.Contains(t.ackColls, c.Name) {
+		t.ackColls = append(t.ackColls, c.Name)
+	}
+	t.w.add(c.Name)
+	t.info.Collections = slices.Clone(t.ackColls)
+	if err := d.st.WriteSourceInfo(t.info); err != nil {
+		return fmt.Errorf("ingest %s: %w", t.ID, err)
+	}
+	d.log.Info("collection added", "source", t.ID, "collection", c.Name)
+	return nil
 }

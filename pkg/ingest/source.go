@@ -54,6 +54,14 @@ type StreamRequest struct {
 	// upstream may have changed a table while it was not followed checks
 	// its first description of it against this.
 	Schema func(collection string) *arrow.Schema
+	// Add registers a collection a source finds while it streams (a
+	// table added to a PostgreSQL publication) before any of it is handed
+	// over: its ownership is checked and its shard created; from its
+	// first reset on (its snapshot) it is committed, acknowledged and
+	// waited for with the others, and until then nothing more is durable
+	// for the timeline (wait-recent does not answer past it). Adding a
+	// collection the run has is a no-op.
+	Add func(timeline string, c Collection) error
 }
 
 // Ack reports, for the timeline with id, the source frontier below which

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -33,7 +34,10 @@ import (
 type storeWriter struct {
 	st          *store.Store
 	source      string
-	collections []string // every collection of the source, sorted
+	collections []string // every collection of the source, sorted; guarded by mu
+	// fresh are collections added while streaming (add) whose contents
+	// (their first reset) are not committed yet; guarded by mu.
+	fresh map[string]bool
 
 	// Owned by the reclocker's caller.
 	pending map[string][]segment
@@ -235,12 +239,12 @@ func (w *storeWriter) committer() {
 			j.release()
 			continue
 		}
-		err := w.commitAll(ctx, j)
+		complete, err := w.commitAll(ctx, j)
 		j.release()
 		w.mu.Lock()
 		if err != nil {
 			w.err = err
-		} else {
+		} else if complete {
 			w.durable = j.upper
 		}
 		w.mu.Unlock()
@@ -248,13 +252,57 @@ func (w *storeWriter) committer() {
 }
 
 // commitAll commits every collection of the source up to j.upper.
-func (w *storeWriter) commitAll(ctx context.Context, j commitJob) error {
-	for _, c := range w.collections {
-		if err := w.commit(ctx, c, j.upper, j.pending[c]); err != nil {
-			return err
+// complete is false while a collection has no shard yet (one added while
+// streaming, before its snapshot): nothing is durable for the source
+// until it has its contents.
+func (w *storeWriter) commitAll(ctx context.Context, j commitJob) (complete bool, err error) {
+	complete = true
+	for _, c := range w.collectionList() {
+		has, err := w.commit(ctx, c, j.upper, j.pending[c])
+		if err != nil {
+			return false, err
+		}
+		complete = complete && has
+	}
+	return complete, nil
+}
+
+func (w *storeWriter) collectionList() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.collections)
+}
+
+// add makes collection one of the source's: from its first reset on
+// (its snapshot) it is committed with the others; until then its upper
+// stays where it is, and nothing is durable for the source.
+func (w *storeWriter) add(collection string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !slices.Contains(w.collections, collection) {
+		w.collections = append(w.collections, collection)
+		slices.Sort(w.collections)
+		if w.fresh == nil {
+			w.fresh = map[string]bool{}
+		}
+		w.fresh[collection] = true
+	}
+}
+
+// waiting reports whether c is fresh and segs do not start its contents.
+func (w *storeWriter) waiting(c string, segs []segment) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.fresh[c] {
+		return false
+	}
+	for _, sg := range segs {
+		if sg.reset != nil || sg.err != nil {
+			delete(w.fresh, c)
+			return false
 		}
 	}
-	return nil
+	return true
 }
 
 // Err returns the first commit error, if any.
@@ -406,23 +454,33 @@ func (w *storeWriter) Progress(upper uint64) error {
 // replayed after a restart).
 var errWriterClosed = errors.New("ingest: store writer closed")
 
-func (w *storeWriter) commit(ctx context.Context, c string, upper uint64, segs []segment) error {
+// commit commits c's segs up to upper; exists is false when c has no
+// shard, and had nothing to create one with.
+func (w *storeWriter) commit(ctx context.Context, c string, upper uint64, segs []segment) (exists bool, err error) {
+	if w.waiting(c, segs) {
+		return false, nil
+	}
 	sh, err := w.st.Shard(ctx, c)
 	if errors.Is(err, store.ErrNotFound) {
 		schema := segmentsSchema(segs)
 		if schema == nil {
 			// No data and no shard yet: nothing to say about it until its
 			// first data (its snapshot) arrives.
-			return nil
+			return false, nil
 		}
 		sh, err = w.st.CreateShard(ctx, c, schema)
 	}
 	if err != nil {
-		return fmt.Errorf("commit %s: %w", c, err)
+		return false, fmt.Errorf("commit %s: %w", c, err)
 	}
 	if err := sh.Refresh(ctx); err != nil {
-		return fmt.Errorf("commit %s: %w", c, err)
+		return false, fmt.Errorf("commit %s: %w", c, err)
 	}
+	return true, w.commitSegments(ctx, sh, c, upper, segs)
+}
+
+// commitSegments commits segs to sh.
+func (w *storeWriter) commitSegments(ctx context.Context, sh *store.Shard, c string, upper uint64, segs []segment) error {
 	var rows int64
 	appended := false
 	if len(segs) == 0 {
@@ -545,7 +603,7 @@ func segmentsSchema(segs []segment) *arrow.Schema {
 // source is committed, reading the store (another process may have
 // committed more; this one never has less).
 func (w *storeWriter) Durable(ctx context.Context) (uint64, error) {
-	return w.st.LeastUpper(ctx, w.collections)
+	return w.st.LeastUpper(ctx, w.collectionList())
 }
 
 // durableFrontier maps a system upper to the source frontier below which
