@@ -245,9 +245,12 @@ func (f *pgFixture) BreakCollection(t *testing.T, coll string) {
 		t.Fatal(err)
 	}
 	defer c.Close(context.Background())
-	// A column added under the stream is a change the collection cannot
-	// follow yet; the update makes pgoutput send the new relation.
-	execAll(t, c, "ALTER TABLE "+coll+" ADD COLUMN conformance_break int", "UPDATE "+coll+" SET balance = balance + 1")
+	// A table left without a key under the stream is a definite error of
+	// its collection (a column change is re-snapshotted instead); the
+	// insert makes pgoutput send the new relation.
+	name := strings.TrimPrefix(coll, "public.")
+	execAll(t, c, "ALTER TABLE "+name+" DROP CONSTRAINT "+name+"_pkey", "ALTER TABLE "+name+" REPLICA IDENTITY DEFAULT",
+		"INSERT INTO "+name+" VALUES (1000000, 0)")
 }
 
 func (f *pgFixture) Truncate(t *testing.T, coll string, rows map[string]int64) {

@@ -27,7 +27,7 @@ every system time already bound keeps its contents. SIGINT/SIGTERM commit
 what is complete and exit 0. One ingest per source and store: a second one
 fails at once.
 
-The replication slot (--slot, default rtr_<source-id>) is acknowledged only
+The replication slot (--slot, default rtr_<source-id>_<store id>) is acknowledged only
 up to what every collection has durably committed.
 
 PostgreSQL tables may have REPLICA IDENTITY FULL, DEFAULT (with a primary
@@ -36,6 +36,13 @@ every key in memory, rebuilt from the store at each start (about 55 bytes
 per key beyond the row itself; logged as "key state rebuilt from the
 store"). Tables without a key (NOTHING, DEFAULT without a primary key) are
 refused. docs/replicate.md, "Replica identity".
+
+The upstream may change while it runs: a TRUNCATE empties the collection
+from its commit; a column added, dropped or retyped re-snapshots the table
+in the stream from the change on, without stopping the others; a table
+added to the publication joins, one removed gets a definite error.
+--resnapshot copies collections again where the ingest resumes (and clears
+a definite error). docs/operations.md, "When the upstream changes".
 
 MySQL/MariaDB (--source mysql --tables db.t1,db.t2): snapshot, then the
 binlog; source id mysql. docs/mysql.md.
@@ -53,6 +60,7 @@ Examples:
   rtrctl ingest --source pg --dsn postgres://app@127.0.0.1/app --publication rtr --store ./data
   rtrctl ingest --source pg --publication rtr --tables public.orders,public.lines \
       --store ./data --metrics-addr 127.0.0.1:9464
+  rtrctl ingest --source pg --publication rtr --store ./data --resnapshot public.orders
   rtrctl ingest --source kafka --brokers 127.0.0.1:9092 --topics orders,users \
       --envelope upsert --key-format text --value-format json --store ./data`,
 		Flags: append(sourceFlags("ingest"),

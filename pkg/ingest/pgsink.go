@@ -72,8 +72,13 @@ type pgSink struct {
 	removed  map[string]bool // tables removed, given their error
 }
 
-// pollInterval is how often the publication's tables are read.
-const pollInterval = time.Second
+// pollInterval is how often the publication's tables are read; pollHeld
+// how often while the last poll's position holds progress back (a busy
+// stream), so that the poll adds at most that to the stream's latency.
+const (
+	pollInterval = time.Second
+	pollHeld     = 20 * time.Millisecond
+)
 
 // resnap is one re-snapshot of a collection at source time at.
 type resnap struct {
@@ -259,7 +264,9 @@ func (s *pgSink) Progress(coll string, upper frontier.Frontier) error {
 // definite error at the last poll's position (it was still published
 // there, and no binding has passed it).
 func (s *pgSink) poll(upper frontier.Frontier) error {
-	if s.polled && time.Since(s.lastPoll) < pollInterval && !s.p.pollNow.Swap(false) {
+	since := time.Since(s.lastPoll)
+	held := s.polled && upper.Pos() > uint64(s.pollCap) // the last poll holds progress back
+	if s.polled && since < pollInterval && !(held && since >= pollHeld) && !s.p.pollNow.Swap(false) {
 		return nil
 	}
 	s.lastPoll = time.Now()
