@@ -190,7 +190,10 @@ func (p *PG) Stream(ctx context.Context, r StreamRequest) error {
 		// start, so replication starts where the slot does.
 		startLSN = 0
 	}
-	sink := &pgSink{Sink: r.Sink, p: p, ctx: ctx, keep: p.tables, skip: p.skip, add: r.Add, subset: len(p.cfg.Tables) > 0, removed: map[string]bool{}}
+	pollCtx, stopPoll := context.WithCancel(ctx)
+	defer stopPoll()
+	sink := &pgSink{Sink: r.Sink, p: p, ctx: ctx, keep: p.tables, skip: p.skip, add: r.Add, subset: len(p.cfg.Tables) > 0, removed: map[string]bool{},
+		poller: newPubPoller(pollCtx, p)}
 	defer sink.close()
 	for _, c := range p.cfg.Resnapshot {
 		if n, err := pgarrow.ParseTableName(c); err == nil {
@@ -220,8 +223,8 @@ func (p *PG) Stream(ctx context.Context, r StreamRequest) error {
 			f, err := r.Ack(ctx, id)
 			return frontier.LSN(f.Pos()), err
 		},
-		KeyState: p.keyState,
-		Logger:   p.log,
+		KeyState: p.keyState, Limit: sink.limit,
+		Logger: p.log,
 	}, sink)
 	if ne, ok := errors.AsType[*needStateError](err); ok {
 		// Resume again, with this collection's rows read from the store.

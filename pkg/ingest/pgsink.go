@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,18 +64,18 @@ type pgSink struct {
 	// the publication before that position is seen, and progress is
 	// reported no further than the last poll's position: no binding
 	// passes a publication change that was not noticed.
-	add      func(timeline string, c Collection) error
-	subset   bool // a --tables run: tables added are not its own
-	conn     *pgx.Conn
-	lastPoll time.Time
-	pollCap  frontier.LSN
-	polled   bool
-	removed  map[string]bool // tables removed, given their error
+	add     func(timeline string, c Collection) error
+	subset  bool // a --tables run: tables added are not its own
+	poller  *pubPoller
+	seen    uint64 // the last reading applied
+	pollCap frontier.LSN
+	polled  bool
+	removed map[string]bool // tables removed, given their error
 }
 
 // pollInterval is how often the publication's tables are read; pollHeld
-// how often while the last poll's position holds progress back (a busy
-// stream), so that the poll adds at most that to the stream's latency.
+// is the least time between two readings (asked for while the last one's
+// position holds progress back, a busy stream).
 const (
 	pollInterval = time.Second
 	pollHeld     = 20 * time.Millisecond
@@ -228,102 +229,85 @@ func (s *pgSink) Reset(coll string, at frontier.Time, schema *arrow.Schema) erro
 	return s.Sink.Reset(coll, at, schema)
 }
 
-// Progress implements pipe.Sink: finished re-snapshots are handed over
-// once the stream has reached their copies, and progress stops at the
-// earliest one still running and at the last poll of the publication.
-func (s *pgSink) Progress(coll string, upper frontier.Frontier) error {
-	if err := s.poll(upper); err != nil {
-		return err
+// limit is the stream's replicate.PGConfig.Limit: with the stream at
+// position, it applies the publication poller's latest reading, hands
+// over the re-snapshots whose copies the stream has reached, and returns
+// how far progress may go: no further than the earliest re-snapshot
+// still running, nor than the last reading's position.
+func (s *pgSink) limit(position frontier.LSN) (frontier.LSN, error) {
+	if err := s.poll(position); err != nil {
+		return 0, err
 	}
 	for len(s.jobs) > 0 {
 		j := s.jobs[0]
-		if !isDone(j) || (j.err == nil && upper.Pos() < uint64(j.snapLSN)) {
+		if !isDone(j) || (j.err == nil && position < j.snapLSN) {
 			break
 		}
 		s.jobs = s.jobs[1:]
 		if err := s.finish(j); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	lo := frontier.LSN(upper.Pos())
+	lo := position
 	if s.polled {
 		lo = min(lo, s.pollCap)
 	}
 	for _, j := range s.jobs {
 		lo = min(lo, j.limit)
 	}
-	if uint64(lo) < upper.Pos() {
-		upper = frontier.Single(frontier.DomainLSN, uint64(lo))
-	}
-	return s.Sink.Progress(coll, upper)
+	return lo, nil
 }
 
-// poll reads the publication's tables when it is time: a table added is
-// registered (StreamRequest.Add) and re-snapshotted from the poll's WAL
-// position on, with progress held before it; a table removed gets a
-// definite error at the last poll's position (it was still published
-// there, and no binding has passed it).
-func (s *pgSink) poll(upper frontier.Frontier) error {
-	since := time.Since(s.lastPoll)
-	held := s.polled && upper.Pos() > uint64(s.pollCap) // the last poll holds progress back
-	if s.polled && since < pollInterval && !(held && since >= pollHeld) && !s.p.pollNow.Swap(false) {
+// poll applies the poller's latest reading of the publication (asking
+// for a new one while the last holds progress back, or a recency waiter
+// nudged): a table added is registered (StreamRequest.Add) and
+// re-snapshotted from the reading's WAL position on, with progress held
+// before it; a table removed gets a definite error at the last reading's
+// position (it was still published there, and no binding has passed
+// it). While the poller cannot read the publication (the server is going
+// away), progress is not held back by it.
+func (s *pgSink) poll(position frontier.LSN) error {
+	if s.poller == nil {
 		return nil
 	}
-	s.lastPoll = time.Now()
-	ctx := s.ctx
-	if s.conn == nil || s.conn.IsClosed() {
-		c, err := s.p.cfg.Upstream.Connect(ctx)
-		if err != nil {
-			s.p.log.Warn("cannot read the publication's tables; retrying", "source", s.p.cfg.Source, "error", err)
-			return nil
-		}
-		s.conn = c
+	if s.p.pollNow.Swap(false) || s.polled && position > s.pollCap {
+		s.poller.ask()
 	}
-	var at string
-	if err := s.conn.QueryRow(ctx, "SELECT pg_catalog.pg_current_wal_lsn()::text").Scan(&at); err != nil {
-		s.p.log.Warn("cannot read the WAL position; retrying", "source", s.p.cfg.Source, "error", err)
-		s.conn.Close(context.Background())
+	r, failed := s.poller.latest()
+	if failed {
+		s.polled = false
+	}
+	if r == nil || r.seq == s.seen {
 		return nil
 	}
-	lsn, err := frontier.ParseLSN(at)
-	if err != nil {
-		return fmt.Errorf("poll publication %s: %w", s.p.cfg.Publication, err)
-	}
-	rows, err := s.conn.Query(ctx, "SELECT schemaname::text, tablename::text FROM pg_catalog.pg_publication_tables WHERE pubname = $1", s.p.cfg.Publication)
-	if err != nil {
-		s.p.log.Warn("cannot read the publication's tables; retrying", "source", s.p.cfg.Source, "error", err)
-		s.conn.Close(context.Background())
-		return nil
-	}
-	published := map[string]pgarrow.TableName{}
-	for rows.Next() {
-		var n pgarrow.TableName
-		if err := rows.Scan(&n.Schema, &n.Name); err != nil {
-			rows.Close()
-			return fmt.Errorf("poll publication %s: %w", s.p.cfg.Publication, err)
-		}
-		published[n.String()] = n
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("poll publication %s: %w", s.p.cfg.Publication, err)
-	}
+	s.seen = r.seq
 	// No binding has passed limit: a change of the publication found now
-	// (after the last poll) is timed there, so that the first binding
+	// (after the last reading) is timed there, so that the first binding
 	// past it is past the change.
-	limit := frontier.LSN(upper.Pos())
+	limit := position
 	if s.polled {
 		limit = min(limit, s.pollCap)
 	}
-	for _, name := range slices.Sorted(maps.Keys(published)) {
+	for _, name := range slices.Sorted(maps.Keys(r.published)) {
 		if s.keep[name] && !s.removed[name] || s.subset || s.add == nil {
 			continue
 		}
-		if err := s.added(name, published[name], lsn, limit); err != nil {
+		t := r.published[name]
+		if t == nil {
+			t = s.p.tabs[name]
+		}
+		if t == nil {
+			continue // not described yet: the next reading
+		}
+		// From the reading's position or, if the stream is past it
+		// already (it went on meanwhile, dropping the table's changes),
+		// from where the stream is: the copy has everything before.
+		if err := s.added(name, t, max(r.at, position), limit); err != nil {
 			return err
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(s.keep)) {
-		if _, ok := published[name]; ok || s.removed[name] {
+		if _, ok := r.published[name]; ok || s.removed[name] {
 			continue
 		}
 		s.removed[name] = true
@@ -335,20 +319,16 @@ func (s *pgSink) poll(upper frontier.Frontier) error {
 		}
 		s.p.log.Warn("table removed from the publication; its collection stops", "source", s.p.cfg.Source, "collection", name)
 		if err := s.Sink.Error(name, frontier.Time{Pos: uint64(limit)}, fmt.Sprintf("%s was removed from publication %s before %s; the collection stops here: add it back (ALTER PUBLICATION %s ADD TABLE %s) and it is snapshotted again",
-			name, s.p.cfg.Publication, lsn, pgarrow.QuoteIdent(s.p.cfg.Publication), name)); err != nil {
+			name, s.p.cfg.Publication, r.at, pgarrow.QuoteIdent(s.p.cfg.Publication), name)); err != nil {
 			return err
 		}
 	}
-	s.pollCap, s.polled = lsn, true
+	s.pollCap, s.polled = r.at, true
 	return nil
 }
 
 // added takes a table added to the publication on from at.
-func (s *pgSink) added(name string, n pgarrow.TableName, at, limit frontier.LSN) error {
-	t, err := pgarrow.LoadTableByName(s.ctx, s.conn, n)
-	if err != nil {
-		return fmt.Errorf("add %s: %w", name, err)
-	}
+func (s *pgSink) added(name string, t *pgarrow.Table, at, limit frontier.LSN) error {
 	if err := s.add(s.p.cfg.Source, Collection{Name: name, Schema: arrow.NewSchema(t.Fields(), nil)}); err != nil {
 		return err
 	}
@@ -361,6 +341,150 @@ func (s *pgSink) added(name string, n pgarrow.TableName, at, limit frontier.LSN)
 	}
 	s.start(name, at, t, "added to publication "+s.p.cfg.Publication).limit = limit
 	return nil
+}
+
+// pubPoller reads the publication's tables in the background, every
+// pollInterval and when asked (at most every pollHeld), on a connection
+// of its own, so that a slow upstream never slows the stream: the WAL
+// position first, then the tables in a statement of their own (one
+// round trip), so every change of the publication before that position
+// is in the reading. Tables it has not described yet are loaded.
+type pubPoller struct {
+	p     *PG
+	kick  chan struct{}
+	known map[string]bool // described already (the run's tables, and those loaded)
+
+	mu     sync.Mutex
+	last   *pollReading
+	failed bool
+}
+
+// pollReading is one reading of the publication.
+type pollReading struct {
+	seq uint64
+	at  frontier.LSN
+	// published: every table of the publication, with its description
+	// when the poller loaded it for this reading (a table new to it).
+	published map[string]*pgarrow.Table
+}
+
+func newPubPoller(ctx context.Context, p *PG) *pubPoller {
+	pp := &pubPoller{p: p, kick: make(chan struct{}, 1), known: map[string]bool{}}
+	for name := range p.tables {
+		pp.known[name] = true
+	}
+	go pp.run(ctx)
+	return pp
+}
+
+func (pp *pubPoller) ask() {
+	select {
+	case pp.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (pp *pubPoller) latest() (*pollReading, bool) {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	return pp.last, pp.failed
+}
+
+func (pp *pubPoller) run(ctx context.Context) {
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close(context.Background())
+		}
+	}()
+	var seq uint64
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-pp.kick:
+		}
+		began := time.Now()
+		if conn == nil || conn.IsClosed() {
+			c, err := pp.p.cfg.Upstream.Connect(ctx)
+			if err != nil {
+				pp.fail(err)
+				conn = nil
+			} else {
+				conn = c
+			}
+		}
+		if conn != nil {
+			seq++
+			r, err := pp.read(ctx, conn, seq)
+			if err != nil {
+				pp.fail(err)
+				conn.Close(context.Background())
+				conn = nil
+			} else {
+				pp.mu.Lock()
+				pp.last, pp.failed = r, false
+				pp.mu.Unlock()
+				// The stream reports its progress at once, and applies it.
+				select {
+				case pp.p.nudge <- struct{}{}:
+				default:
+				}
+			}
+		}
+		timer.Reset(pollInterval)
+		if d := pollHeld - time.Since(began); d > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
+			}
+		}
+	}
+}
+
+func (pp *pubPoller) fail(err error) {
+	if pp.p.log != nil {
+		pp.p.log.Debug("cannot read the publication's tables; retrying", "source", pp.p.cfg.Source, "error", err)
+	}
+	pp.mu.Lock()
+	pp.failed = true
+	pp.mu.Unlock()
+}
+
+// read takes one reading.
+func (pp *pubPoller) read(ctx context.Context, conn *pgx.Conn, seq uint64) (*pollReading, error) {
+	pub := "'" + strings.ReplaceAll(pp.p.cfg.Publication, "'", "''") + "'"
+	res, err := conn.PgConn().Exec(ctx, "SELECT pg_catalog.pg_current_wal_lsn()::text; SELECT schemaname::text, tablename::text FROM pg_catalog.pg_publication_tables WHERE pubname = "+pub).ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("poll publication %s: %w", pp.p.cfg.Publication, err)
+	}
+	if len(res) != 2 || len(res[0].Rows) != 1 {
+		return nil, fmt.Errorf("poll publication %s: unexpected result", pp.p.cfg.Publication)
+	}
+	at, err := frontier.ParseLSN(string(res[0].Rows[0][0]))
+	if err != nil {
+		return nil, fmt.Errorf("poll publication %s: %w", pp.p.cfg.Publication, err)
+	}
+	r := &pollReading{seq: seq, at: at, published: map[string]*pgarrow.Table{}}
+	for _, row := range res[1].Rows {
+		n := pgarrow.TableName{Schema: string(row[0]), Name: string(row[1])}
+		name := n.String()
+		r.published[name] = nil
+		if pp.known[name] {
+			continue
+		}
+		t, err := pgarrow.LoadTableByName(ctx, conn, n)
+		if err != nil {
+			return nil, fmt.Errorf("poll publication %s: describe %s: %w", pp.p.cfg.Publication, name, err)
+		}
+		r.published[name] = t
+		pp.known[name] = true
+	}
+	return r, nil
 }
 
 func isDone(j *resnap) bool {
@@ -475,9 +599,6 @@ func (s *pgSink) RelationChanged(t *pgarrow.Table, at frontier.LSN, change strin
 
 // close stops the copies still running.
 func (s *pgSink) close() {
-	if s.conn != nil {
-		s.conn.Close(context.Background())
-	}
 	for _, j := range s.jobs {
 		j.cancel()
 		<-j.done

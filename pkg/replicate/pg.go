@@ -76,6 +76,14 @@ type PGConfig struct {
 	// while nobody followed it, and gets a definite error at once instead
 	// of data the collection cannot take.
 	Expect func(collection string) *arrow.Schema
+	// Limit, when set, is asked with the stream's position each time it
+	// could report progress (after a commit, on a keepalive) and returns
+	// how far progress may go now: the stream reports the smaller, and
+	// asks again later (the ingest holds progress while it re-snapshots a
+	// collection, and before a change of the publication it has not read
+	// yet). It is called from the goroutine that calls the sink, which it
+	// may call too.
+	Limit func(position frontier.LSN) (frontier.LSN, error)
 	// KeyState, when set, lets tables whose replica identity is DEFAULT
 	// (the primary key) or USING INDEX be streamed: it is asked for the
 	// key state of every relation the stream introduces (t.ReplicaIdentity
@@ -135,7 +143,7 @@ func StreamPG(ctx context.Context, cfg PGConfig, sink pipe.Sink) error {
 	})
 	s := &pgStreamer{cfg: cfg, pg: pg}
 	s.dec = newDecoder(sink, cfg.Mem, s.resolve, cfg.KeyState, cfg.FlushRows, cfg.FlushBytes, cfg.StopAt)
-	s.dec.expect = cfg.Expect
+	s.dec.expect, s.dec.limit = cfg.Expect, cfg.Limit
 	defer s.dec.release()
 	defer s.closeCatalog()
 	return s.run(ctx)

@@ -61,6 +61,7 @@ type decoder struct {
 	mem        memory.Allocator
 	resolve    resolveFunc
 	expect     func(collection string) *arrow.Schema
+	limit      func(raw frontier.LSN) (frontier.LSN, error)
 	keyState   keyStateFunc
 	flushRows  int
 	flushBytes int
@@ -108,6 +109,13 @@ func newDecoder(sink pipe.Sink, mem memory.Allocator, resolve resolveFunc, keySt
 // progress reports upper if it is beyond the last one, and notes when
 // StopAt has been passed.
 func (d *decoder) progress(upper frontier.LSN) error {
+	if d.limit != nil {
+		lim, err := d.limit(upper)
+		if err != nil {
+			return sinkErr(err)
+		}
+		upper = min(upper, lim)
+	}
 	if upper <= d.upper {
 		return nil
 	}
