@@ -58,7 +58,7 @@ func init() {
 			}
 			var resnap []string
 			if c.String("resnapshot") != "" {
-				if resnap, err = pgTables(c.String("resnapshot")); err != nil {
+				if resnap, err = pgNames("--resnapshot", c.String("resnapshot")); err != nil {
 					return nil, err
 				}
 			}

@@ -11,28 +11,31 @@ import (
 // pgTables reads --tables of a PostgreSQL source: names as
 // pgarrow.ParseTableName reads them (public.orders, public."RelMix",
 // "a.b".c), collection names included.
-func pgTables(vals ...string) ([]string, error) {
-	return tableList(func(s string) error { _, err := pgarrow.ParseTableName(s); return err }, vals...)
+func pgTables(vals ...string) ([]string, error) { return pgNames("--tables", vals...) }
+
+// pgNames reads flag's PostgreSQL table names, as pgTables does.
+func pgNames(flag string, vals ...string) ([]string, error) {
+	return tableList(flag, func(s string) error { _, err := pgarrow.ParseTableName(s); return err }, vals...)
 }
 
 // myTables reads --tables of a MySQL/MariaDB source: db.table as
 // myarrow.ParseName reads it (shop.orders, shop.`a.b`).
 func myTables(vals ...string) ([]string, error) {
-	return tableList(func(s string) error { _, _, err := myarrow.ParseName(s); return err }, vals...)
+	return tableList("--tables", func(s string) error { _, _, err := myarrow.ParseName(s); return err }, vals...)
 }
 
-// tableList splits comma-separated --tables values (the flag may be given
-// several times) into names, a comma inside double quotes or backticks
+// tableList splits comma-separated values of flag (--tables; it may be
+// given several times) into names, a comma inside double quotes or backticks
 // being part of a name, and checks each with parse: a bad name is a usage
 // error with the parser's hint.
-func tableList(parse func(string) error, vals ...string) ([]string, error) {
+func tableList(flag string, parse func(string) error, vals ...string) ([]string, error) {
 	var out []string
 	for _, s := range splitQuoted(strings.Join(vals, ",")) {
 		if s = strings.TrimSpace(s); s == "" {
 			continue
 		}
 		if err := parse(s); err != nil {
-			return nil, usagef(hint.Of(err), "bad --tables: %v", err)
+			return nil, usagef(hint.Of(err), "bad %s: %v", flag, err)
 		}
 		out = append(out, s)
 	}
