@@ -119,7 +119,7 @@ func (m *MySQL) Snapshot(ctx context.Context, _ string, collections []string, st
 // one: the server keeps binlogs by its own retention.
 func (m *MySQL) Stream(ctx context.Context, r StreamRequest) error {
 	return replicate.StreamMySQL(ctx, replicate.MySQLConfig{
-		Upstream: m.cfg.Upstream, Tables: m.tables, Known: m.schemas, StartFrontier: r.Start[m.cfg.Source], Source: m.cfg.Source,
+		Upstream: m.cfg.Upstream, Tables: m.tables, Known: m.schemas, Expect: r.Schema, StartFrontier: r.Start[m.cfg.Source], Source: m.cfg.Source,
 		HeartbeatPeriod: m.cfg.HeartbeatPeriod, Nudge: m.nudge, Logger: m.log, OnSession: m.cfg.OnSession, RetryFor: r.RetryFor,
 	}, r.Sink)
 }

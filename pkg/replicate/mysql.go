@@ -12,12 +12,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 	"github.com/google/uuid"
 
+	"github.com/rtrctl/rtrctl/internal/arrowutil"
 	"github.com/rtrctl/rtrctl/internal/dsn"
 	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/internal/retry"
@@ -38,6 +40,11 @@ type MySQLConfig struct {
 	// ones a snapshot read; the others are read from information_schema
 	// at start (or when first seen).
 	Known map[string]*myarrow.Table
+	// Expect, when set, gives the columns a collection is known with (its
+	// schema in the store), or nil: a table whose description differs
+	// from it changed while nobody followed it, and its collection gets a
+	// definite error at its first change instead of data it cannot take.
+	Expect func(collection string) *arrow.Schema
 	// Start is the position to start after, in the server's notation: a
 	// MariaDB GTID position ("0-1-42") or a MySQL GTID set ("uuid:1-42").
 	// When empty, StartFrontier is used; when that is unset too, the
@@ -840,6 +847,13 @@ func (s *myStreamer) tableMap(ctx context.Context, ev *replication.TableMapEvent
 	}
 	if mt.failed || mt.checked == ev {
 		return nil
+	}
+	if mt.checked == nil && s.cfg.Expect != nil {
+		if exp := s.cfg.Expect(name); exp != nil {
+			if diff := arrowutil.FieldsChange(exp.Fields(), mt.t.Fields()); diff != "" {
+				return s.fail(mt, fmt.Sprintf("the columns of %s changed while it was not followed (%s), seen at %s; the collection stops here: a MySQL/MariaDB collection is not re-snapshotted in the stream yet, so ingest the table into a new store (or under a new --source-id)", name, diff, s.txnGTID))
+			}
+		}
 	}
 	var names []string
 	if len(ev.ColumnName) > 0 {
