@@ -80,6 +80,18 @@ func bindingReads(t *testing.T, dir, source string) map[uint64]string {
 	return out
 }
 
+// startCaughtUp starts an ingest of fx as source into a new store and
+// waits until the store equals the upstream; it returns the store, the
+// ingest's arguments (to start it again) and the process.
+func startCaughtUp(t *testing.T, fx ingesttest.Fixture, source string) (string, []string, ingesttest.Proc) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "store")
+	args := append(fx.IngestArgs(dir, source), "--interval", "20ms")
+	p := runBin(t, nil, args...)
+	ingesttest.WaitEqual(t, fx, dir, fx.Layout(source), p, 60*time.Second)
+	return dir, args, p
+}
+
 // waitRecent is the store's wait-recent answer for collection's source.
 func waitRecent(t *testing.T, p ingesttest.Proc, dsn, dir, collection string) uint64 {
 	t.Helper()
@@ -109,11 +121,7 @@ func waitRecent(t *testing.T, p ingesttest.Proc, dsn, dir, collection string) ui
 func TestIngestSchemaChanges(t *testing.T) {
 	fx, db := newPGBank(t)
 	const source = "sc"
-	lay := fx.Layout(source)
-	dir := filepath.Join(t.TempDir(), "store")
-	args := append(fx.IngestArgs(dir, source), "--interval", "20ms")
-	p := runBin(t, nil, args...)
-	ingesttest.WaitEqual(t, fx, dir, lay, p, 60*time.Second)
+	dir, args, p := startCaughtUp(t, fx, source)
 	same := func(what string, at uint64) {
 		t.Helper()
 		for _, c := range []string{"public.acc_a", "public.acc_b"} {
@@ -196,9 +204,7 @@ func TestIngestTablesAddedAndRemoved(t *testing.T) {
 	fx, db := newPGBank(t)
 	const source = "add"
 	lay := fx.Layout(source)
-	dir := filepath.Join(t.TempDir(), "store")
-	p := runBin(t, nil, append(fx.IngestArgs(dir, source), "--interval", "20ms")...)
-	ingesttest.WaitEqual(t, fx, dir, lay, p, 60*time.Second)
+	dir, _, p := startCaughtUp(t, fx, source)
 	log := ingesttest.NewLog(ingesttest.InitialState(lay.Collections()))
 	w := ingesttest.StartWriter(t, fx, log, ingesttest.WriterOptions{Pause: 3 * time.Millisecond})
 	execAll(t, db.conn, "CREATE TABLE acc_c (id int PRIMARY KEY, v text)", "ALTER TABLE acc_c REPLICA IDENTITY FULL",
@@ -251,11 +257,7 @@ func TestIngestTablesAddedAndRemoved(t *testing.T) {
 func TestMySQLIngestAlteredWhileStopped(t *testing.T) {
 	fx := (&myHarness{m: testenv.SharedMariaDB(t)}).New(t).(*myFixture)
 	const source = "alt"
-	lay := fx.Layout(source)
-	dir := filepath.Join(t.TempDir(), "store")
-	args := append(fx.IngestArgs(dir, source), "--interval", "20ms")
-	p := runBin(t, nil, args...)
-	ingesttest.WaitEqual(t, fx, dir, lay, p, 60*time.Second)
+	dir, args, p := startCaughtUp(t, fx, source)
 	if code := p.Stop(t); code != 0 {
 		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.Stderr())
 	}

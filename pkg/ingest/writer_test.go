@@ -20,29 +20,8 @@ import (
 // after Close.
 func TestStoreWriterCommitsInBackground(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t)
-	user := []arrow.Field{{Name: "k", Type: arrow.PrimitiveTypes.Int64}}
-	sh, err := st.CreateShard(ctx, "c", arrow.NewSchema(user, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	schema := arrow.NewSchema(append(append([]arrow.Field{}, user...),
-		arrow.Field{Name: "_time", Type: arrow.PrimitiveTypes.Uint64}, arrow.Field{Name: "_diff", Type: arrow.PrimitiveTypes.Int64}), nil)
-	rec := func(k int64, at uint64) arrow.Record {
-		b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
-		defer b.Release()
-		b.Field(0).(*array.Int64Builder).Append(k)
-		b.Field(1).(*array.Uint64Builder).Append(at)
-		b.Field(2).(*array.Int64Builder).Append(1)
-		return b.NewRecord()
-	}
-	data := func(w *storeWriter, k int64, at uint64) {
-		r := rec(k, at)
-		defer r.Release()
-		if err := w.Data("c", schema, r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st, sh := kStore(t)
+	rec, data := kRecord, func(w *storeWriter, k int64, at uint64) { kData(t, w, k, at) }
 
 	var committed []uint64
 	w := newStoreWriter(st, "src", []string{"c"})
@@ -112,13 +91,11 @@ func TestStoreWriterCommitsInBackground(t *testing.T) {
 func TestStoreWriterReplayAheadOfProgress(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
-	user := []arrow.Field{{Name: "k", Type: arrow.PrimitiveTypes.Int64}}
-	sh, err := st.CreateShard(ctx, "c", arrow.NewSchema(user, nil))
+	sh, err := st.CreateShard(ctx, "c", arrow.NewSchema(kFields, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	schema := arrow.NewSchema(append(append([]arrow.Field{}, user...),
-		arrow.Field{Name: "_time", Type: arrow.PrimitiveTypes.Uint64}, arrow.Field{Name: "_diff", Type: arrow.PrimitiveTypes.Int64}), nil)
+	schema := kSchema
 	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
 	for i, at := range []uint64{30, 10, 20, 10} {
 		b.Field(0).(*array.Int64Builder).Append(int64(i))
@@ -171,26 +148,8 @@ func readAsOf(ctx context.Context, sh *store.Shard, t uint64) (int, error) {
 // at t is never shown torn. The rows bound at t are not committed.
 func TestStoreWriterErrorAtItsTime(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t)
-	user := []arrow.Field{{Name: "k", Type: arrow.PrimitiveTypes.Int64}}
-	sh, err := st.CreateShard(ctx, "c", arrow.NewSchema(user, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	schema := arrow.NewSchema(append(append([]arrow.Field{}, user...),
-		arrow.Field{Name: "_time", Type: arrow.PrimitiveTypes.Uint64}, arrow.Field{Name: "_diff", Type: arrow.PrimitiveTypes.Int64}), nil)
-	data := func(w *storeWriter, k int64, at uint64) {
-		b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
-		defer b.Release()
-		b.Field(0).(*array.Int64Builder).Append(k)
-		b.Field(1).(*array.Uint64Builder).Append(at)
-		b.Field(2).(*array.Int64Builder).Append(1)
-		r := b.NewRecord()
-		defer r.Release()
-		if err := w.Data("c", schema, r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st, sh := kStore(t)
+	data := func(w *storeWriter, k int64, at uint64) { kData(t, w, k, at) }
 	w := newStoreWriter(st, "src", []string{"c"})
 	defer w.Close()
 	data(w, 1, 10)
@@ -230,14 +189,9 @@ func TestStoreWriterErrorAtItsTime(t *testing.T) {
 func TestStoreWriterReset(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
-	user := []arrow.Field{{Name: "k", Type: arrow.PrimitiveTypes.Int64}}
-	wide := append(append([]arrow.Field{}, user...), arrow.Field{Name: "color", Type: arrow.BinaryTypes.String, Nullable: true})
-	withTD := func(fs []arrow.Field) *arrow.Schema {
-		return arrow.NewSchema(append(append([]arrow.Field{}, fs...),
-			arrow.Field{Name: "_time", Type: arrow.PrimitiveTypes.Uint64}, arrow.Field{Name: "_diff", Type: arrow.PrimitiveTypes.Int64}), nil)
-	}
-	narrowS, wideS := withTD(user), withTD(wide)
-	if _, err := st.CreateShard(ctx, "c", arrow.NewSchema(user, nil)); err != nil {
+	wide := append(append([]arrow.Field{}, kFields...), arrow.Field{Name: "color", Type: arrow.BinaryTypes.String, Nullable: true})
+	narrowS, wideS := kSchema, withTimeDiff(wide)
+	if _, err := st.CreateShard(ctx, "c", arrow.NewSchema(kFields, nil)); err != nil {
 		t.Fatal(err)
 	}
 	data := func(w *storeWriter, k int64, at uint64, colored bool) {
@@ -322,6 +276,48 @@ func TestStoreWriterReset(t *testing.T) {
 	}
 }
 
+// kFields is the user column of the writer tests' collection c, and
+// kSchema the data schema its writer takes.
+var (
+	kFields = []arrow.Field{{Name: "k", Type: arrow.PrimitiveTypes.Int64}}
+	kSchema = withTimeDiff(kFields)
+)
+
+// withTimeDiff is fs with _time and _diff after them.
+func withTimeDiff(fs []arrow.Field) *arrow.Schema {
+	return arrow.NewSchema(append(append([]arrow.Field{}, fs...),
+		arrow.Field{Name: "_time", Type: arrow.PrimitiveTypes.Uint64}, arrow.Field{Name: "_diff", Type: arrow.PrimitiveTypes.Int64}), nil)
+}
+
+// kStore is a fresh store with collection c of kFields.
+func kStore(t *testing.T) (*store.Store, *store.Shard) {
+	t.Helper()
+	st := openStore(t)
+	sh, err := st.CreateShard(context.Background(), "c", arrow.NewSchema(kFields, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, sh
+}
+
+// kRecord is row k at time at, diff +1.
+func kRecord(k int64, at uint64) arrow.Record {
+	b := array.NewRecordBuilder(memory.DefaultAllocator, kSchema)
+	defer b.Release()
+	b.Field(0).(*array.Int64Builder).Append(k)
+	b.Field(1).(*array.Uint64Builder).Append(at)
+	b.Field(2).(*array.Int64Builder).Append(1)
+	return b.NewRecord()
+}
+
+// kData hands row k at time at to w.
+func kData(t *testing.T, w *storeWriter, k int64, at uint64) {
+	t.Helper()
+	r := kRecord(k, at)
+	defer r.Release()
+	must(t, w.Data("c", kSchema, r))
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -335,24 +331,8 @@ func must(t *testing.T, err error) {
 // committed.
 func TestStoreWriterResetClearsError(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t)
-	user := []arrow.Field{{Name: "k", Type: arrow.PrimitiveTypes.Int64}}
-	sh, err := st.CreateShard(ctx, "c", arrow.NewSchema(user, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	schema := arrow.NewSchema(append(append([]arrow.Field{}, user...),
-		arrow.Field{Name: "_time", Type: arrow.PrimitiveTypes.Uint64}, arrow.Field{Name: "_diff", Type: arrow.PrimitiveTypes.Int64}), nil)
-	data := func(w *storeWriter, k int64, at uint64) {
-		b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
-		defer b.Release()
-		b.Field(0).(*array.Int64Builder).Append(k)
-		b.Field(1).(*array.Uint64Builder).Append(at)
-		b.Field(2).(*array.Int64Builder).Append(1)
-		r := b.NewRecord()
-		defer r.Release()
-		must(t, w.Data("c", schema, r))
-	}
+	st, sh := kStore(t)
+	data := func(w *storeWriter, k int64, at uint64) { kData(t, w, k, at) }
 	w := newStoreWriter(st, "src", []string{"c"})
 	defer w.Close()
 	data(w, 1, 10)
