@@ -2,19 +2,44 @@ package probe
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
-// Postgres probes pg_current_wal_insert_lsn().
+// The probe queries. A walsender sends only flushed WAL, and a
+// transaction that has written WAL and stays open leaves the insert
+// position beyond the flushed one until something flushes it: another
+// commit, or the next running-transactions record (about every 15 s).
+// When the insert position is beyond the flush position, flushingProbe
+// makes its own statement's transaction commit synchronously (it takes a
+// transaction id, and synchronous_commit is on for it whatever the
+// server's setting), which flushes WAL past the position it returns, so
+// the stream can reach that position at once. On an idle or caught-up
+// server it writes nothing. The CTE is materialized so the position
+// compared is the one returned.
+const (
+	plainProbe    = "SELECT pg_current_wal_insert_lsn()::text"
+	flushingProbe = `WITH p AS MATERIALIZED (SELECT pg_current_wal_insert_lsn() AS l, pg_current_wal_flush_lsn() AS f)
+SELECT CASE WHEN f < l THEN l::text || left(set_config('synchronous_commit', 'on', true) || pg_current_xact_id()::text, 0) ELSE l::text END FROM p`
+	// readOnlyTransaction is SQLSTATE read_only_sql_transaction.
+	readOnlyTransaction = "25006"
+)
+
+// Postgres probes pg_current_wal_insert_lsn(), flushing WAL when it is
+// beyond the flushed position (see flushingProbe).
 type Postgres struct {
 	up *upstream.Postgres
+	// noFlush is set once the server refused flushingProbe's transaction
+	// id (a read-only session).
+	noFlush bool
 
 	mu   sync.Mutex
 	conn *pgx.Conn
@@ -64,7 +89,7 @@ func CheckLogical(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-// Probe returns pg_current_wal_insert_lsn().
+// Probe returns pg_current_wal_insert_lsn() (see flushingProbe).
 func (p *Postgres) Probe(ctx context.Context) (Result, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -83,8 +108,19 @@ func (p *Postgres) Probe(ctx context.Context) (Result, error) {
 		}
 		p.conn = conn
 	}
+	query := flushingProbe
+	if p.noFlush {
+		query = plainProbe
+	}
 	var text string
-	if err := p.conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&text); err != nil {
+	err := p.conn.QueryRow(ctx, query).Scan(&text)
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && !p.noFlush && pgErr.Code == readOnlyTransaction {
+		// A read-only session cannot commit a transaction id; probe as
+		// before, at the price of waiting for unflushed WAL.
+		p.noFlush = true
+		err = p.conn.QueryRow(ctx, plainProbe).Scan(&text)
+	}
+	if err != nil {
 		p.conn.Close(context.Background())
 		p.conn = nil
 		return Result{}, fmt.Errorf("probe postgres %s: %w", p.up, err)
