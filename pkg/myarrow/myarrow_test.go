@@ -50,7 +50,8 @@ func TestConvert(t *testing.T) {
 		{bit, uint64(1<<64 - 1), uint64(1<<64 - 1)}, // text (col + 0)
 		{en, int64(2), "y"},
 		{en, int64(0), ""},
-		{en, []byte("x"), "x"},
+		{en, []byte("1"), "x"}, // text protocol: (en + 0)
+		{st, uint64(3), "p,q"},
 		{st, int64(5), "p,r"},
 		{st, int64(0), ""},
 		{bn, []byte("ab"), []byte{'a', 'b', 0, 0}},

@@ -191,7 +191,9 @@ func MySQL(ctx context.Context, cfg MySQLConfig, sink pipe.Sink) (*MySQLResult, 
 			return nil, fmt.Errorf("snapshot mysql: open copy connection: %w", err)
 		}
 		workers[i] = w
-		for _, q := range []string{"SET time_zone = '+00:00'", "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"} {
+		// utf8mb4: the server converts every column's text to UTF-8 (the
+		// binlog path decodes the same bytes with myarrow.Charset).
+		for _, q := range []string{"SET NAMES utf8mb4", "SET time_zone = '+00:00'", "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"} {
 			if _, err := upstream.Execute(ctx, w, q); err != nil {
 				return nil, fmt.Errorf("snapshot mysql: %s: %w", q, err)
 			}
