@@ -435,7 +435,11 @@ func ParseDate(s string) (any, error) {
 		return nil, nil
 	}
 	t := time.Date(y, time.Month(m), d, 0, 0, 0, 0, time.UTC)
-	return int64(t.Unix() / 86400), nil
+	if t.Year() != y || t.Month() != time.Month(m) || t.Day() != d {
+		// MariaDB stores such dates under sql_mode ALLOW_INVALID_DATES.
+		return nil, fmt.Errorf("date %q does not exist (stored under sql_mode ALLOW_INVALID_DATES?)", s)
+	}
+	return t.Unix() / 86400, nil
 }
 
 // ParseDatetime reads YYYY-MM-DD HH:MM:SS[.ffffff] as µs since the epoch
