@@ -422,7 +422,7 @@ func ParseDecimal(s string, prec, scale int) (decimal128.Num, error) {
 // ParseDate reads YYYY-MM-DD as days since 1970-01-01; a zero date (a zero
 // month or day) is nil.
 func ParseDate(s string) (any, error) {
-	if len(s) != 10 || s[4] != '-' || s[7] != '-' {
+	if len(s) != 10 || s[4] != '-' || s[7] != '-' || strings.Trim(s[:4]+s[5:7]+s[8:], "0123456789") != "" {
 		return nil, fmt.Errorf("not a date: %q", s)
 	}
 	y, e1 := strconv.Atoi(s[:4])
@@ -475,7 +475,7 @@ func clock(s string, signed bool) (int64, error) {
 	}
 	hms, frac, _ := strings.Cut(s, ".")
 	f := strings.Split(hms, ":")
-	if len(f) != 3 || len(frac) > 6 {
+	if len(f) != 3 || len(frac) > 6 || strings.Trim(f[0]+f[1]+f[2]+frac, "0123456789") != "" {
 		return 0, fmt.Errorf("bad clock")
 	}
 	h, e1 := strconv.ParseInt(f[0], 10, 64)
