@@ -60,14 +60,59 @@ func (rb *RowBuilder) NewRecord() arrow.Record {
 // (TextValue) or go-mysql's binlog decoder gives them: nil, integers,
 // float32/float64, string or []byte. On error nothing is appended.
 func (rb *RowBuilder) Append(vals []any, t uint64, diff int64, partition string) error {
+	return rb.append(vals, t, diff, partition, false)
+}
+
+// AppendBinlog adds one row of a binlog row event: like Append, with the
+// text columns' bytes decoded from their character set first (BinlogValue).
+func (rb *RowBuilder) AppendBinlog(vals []any, t uint64, diff int64, partition string) error {
+	return rb.append(vals, t, diff, partition, true)
+}
+
+// ConvertError is a value that does not convert: which column, and the
+// value as the server gave it.
+type ConvertError struct {
+	Table, Column string
+	// Key is the row's primary key, col=value[,...] ("" without one).
+	Key   string
+	Value any
+	Err   error
+}
+
+func (e *ConvertError) Error() string {
+	at := ""
+	if e.Key != "" {
+		at = " in the row " + e.Key
+	}
+	return fmt.Sprintf("column %s of %s%s: %v", e.Column, e.Table, at, e.Err)
+}
+
+// rowKey names a row by its primary key: id=3, or a=1,b=x.
+func (t *Table) rowKey(vals []any) string {
+	parts := make([]string, 0, len(t.PrimaryKey))
+	for _, k := range t.PrimaryKey {
+		if k < len(vals) {
+			parts = append(parts, fmt.Sprintf("%s=%s", t.Columns[k].Name, str(vals[k])))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+func (e *ConvertError) Unwrap() error { return e.Err }
+
+func (rb *RowBuilder) append(vals []any, t uint64, diff int64, partition string, binlog bool) error {
 	if len(vals) != len(rb.t.Columns) {
 		return fmt.Errorf("row of %s has %d values, the table %d columns", rb.t.QualifiedName(), len(vals), len(rb.t.Columns))
 	}
 	conv := make([]any, len(vals))
 	for i, v := range vals {
-		c, err := Convert(&rb.t.Columns[i], v)
+		col := &rb.t.Columns[i]
+		if binlog {
+			v = BinlogValue(col, v)
+		}
+		c, err := Convert(col, v)
 		if err != nil {
-			return fmt.Errorf("column %s of %s: %w", rb.t.Columns[i].Name, rb.t.QualifiedName(), err)
+			return &ConvertError{Table: rb.t.QualifiedName(), Column: col.Name, Key: rb.t.rowKey(vals), Value: v, Err: err}
 		}
 		conv[i] = c
 	}
@@ -144,6 +189,30 @@ func TextValue(fv mysql.FieldValue) any {
 		return fv.AsFloat64()
 	}
 	return append([]byte(nil), fv.AsString()...)
+}
+
+// BinlogValue turns a value of a binlog row event into the form the text
+// protocol gives through a utf8mb4 connection: a text column's bytes,
+// which the binlog carries in the column's character set, decoded into
+// UTF-8, a CHAR's trailing spaces (the pad) removed. Other values are
+// returned as they are.
+func BinlogValue(c *Column, v any) any {
+	if c.Kind != KindString || c.Charset == nil || v == nil {
+		return v
+	}
+	var s string
+	switch x := v.(type) {
+	case string:
+		s = c.Charset.Decode([]byte(x))
+	case []byte:
+		s = c.Charset.Decode(x)
+	default:
+		return v
+	}
+	if strings.EqualFold(c.DataType, "char") {
+		s = strings.TrimRight(s, " ")
+	}
+	return s
 }
 
 // Convert turns a value of column c (see Append) into its canonical Go
@@ -250,37 +319,56 @@ func Convert(c *Column, v any) (any, error) {
 		return ParseDatetime(str(v))
 	case KindTime:
 		return ParseTime(str(v))
-	case KindEnum:
+	case KindEnum, KindSet:
+		// The binlog's number (int64 / int32), the snapshot's (col + 0).
+		var n uint64
 		switch x := v.(type) {
 		case int64:
-			return enumName(c, x)
+			n = uint64(x)
 		case int32:
-			return enumName(c, int64(x))
-		}
-		return str(v), nil
-	case KindSet:
-		if x, ok := v.(int64); ok {
-			var names []string
-			for i, n := range c.Values {
-				if uint64(x)&(1<<uint(i)) != 0 {
-					names = append(names, n)
-				}
+			n = uint64(uint32(x))
+		case uint64:
+			n = x
+		default:
+			u, err := strconv.ParseUint(str(v), 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("not an %s number: %q", strings.ToLower(c.DataType), str(v))
 			}
-			return strings.Join(names, ","), nil
+			n = u
 		}
-		return str(v), nil
+		if c.Kind == KindEnum {
+			return EnumName(c.Values, n)
+		}
+		return SetNames(c.Values, n)
 	}
 	return nil, fmt.Errorf("unknown column kind %d", c.Kind)
 }
 
-func enumName(c *Column, i int64) (any, error) {
+// EnumName is the label of ENUM number i (1-based); 0 is "", the value
+// a non-strict sql_mode stores for an invalid label.
+func EnumName(values []string, i uint64) (any, error) {
 	if i == 0 {
-		return "", nil // the "error" value of an invalid insert
+		return "", nil
 	}
-	if i < 0 || int(i) > len(c.Values) {
-		return nil, fmt.Errorf("enum index %d out of range (%d values)", i, len(c.Values))
+	if i > uint64(len(values)) {
+		return nil, fmt.Errorf("enum index %d out of range (%d values)", i, len(values))
 	}
-	return c.Values[i-1], nil
+	return values[i-1], nil
+}
+
+// SetNames is the comma-separated labels of the SET bit mask m, in
+// definition order.
+func SetNames(values []string, m uint64) (any, error) {
+	if len(values) < 64 && m>>uint(len(values)) != 0 {
+		return nil, fmt.Errorf("set value %d has bits beyond its %d values", m, len(values))
+	}
+	var names []string
+	for i, n := range values {
+		if m&(1<<uint(i)) != 0 {
+			names = append(names, n)
+		}
+	}
+	return strings.Join(names, ","), nil
 }
 
 func str(v any) string {
@@ -334,7 +422,7 @@ func ParseDecimal(s string, prec, scale int) (decimal128.Num, error) {
 // ParseDate reads YYYY-MM-DD as days since 1970-01-01; a zero date (a zero
 // month or day) is nil.
 func ParseDate(s string) (any, error) {
-	if len(s) != 10 || s[4] != '-' || s[7] != '-' {
+	if len(s) != 10 || s[4] != '-' || s[7] != '-' || strings.Trim(s[:4]+s[5:7]+s[8:], "0123456789") != "" {
 		return nil, fmt.Errorf("not a date: %q", s)
 	}
 	y, e1 := strconv.Atoi(s[:4])
@@ -347,7 +435,11 @@ func ParseDate(s string) (any, error) {
 		return nil, nil
 	}
 	t := time.Date(y, time.Month(m), d, 0, 0, 0, 0, time.UTC)
-	return int64(t.Unix() / 86400), nil
+	if t.Year() != y || t.Month() != time.Month(m) || t.Day() != d {
+		// MariaDB stores such dates under sql_mode ALLOW_INVALID_DATES.
+		return nil, fmt.Errorf("date %q does not exist (stored under sql_mode ALLOW_INVALID_DATES?)", s)
+	}
+	return t.Unix() / 86400, nil
 }
 
 // ParseDatetime reads YYYY-MM-DD HH:MM:SS[.ffffff] as µs since the epoch
@@ -383,7 +475,7 @@ func clock(s string, signed bool) (int64, error) {
 	}
 	hms, frac, _ := strings.Cut(s, ".")
 	f := strings.Split(hms, ":")
-	if len(f) != 3 || len(frac) > 6 {
+	if len(f) != 3 || len(frac) > 6 || strings.Trim(f[0]+f[1]+f[2]+frac, "0123456789") != "" {
 		return 0, fmt.Errorf("bad clock")
 	}
 	h, e1 := strconv.ParseInt(f[0], 10, 64)

@@ -1,10 +1,13 @@
 package myarrow
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/rtrctl/rtrctl/internal/hint"
 )
 
 func TestValueList(t *testing.T) {
@@ -50,7 +53,8 @@ func TestConvert(t *testing.T) {
 		{bit, uint64(1<<64 - 1), uint64(1<<64 - 1)}, // text (col + 0)
 		{en, int64(2), "y"},
 		{en, int64(0), ""},
-		{en, []byte("x"), "x"},
+		{en, []byte("1"), "x"}, // text protocol: (en + 0)
+		{st, uint64(3), "p,q"},
 		{st, int64(5), "p,r"},
 		{st, int64(0), ""},
 		{bn, []byte("ab"), []byte{'a', 'b', 0, 0}},
@@ -140,5 +144,16 @@ func TestTypesAndBinlogCheck(t *testing.T) {
 	g := &Column{Name: "g", DataType: "geometry", ColumnType: "geometry"}
 	if err := g.resolve(0, 0, "", 0); err == nil {
 		t.Fatal("geometry accepted")
+	}
+}
+
+func TestCharsetWithoutDecoder(t *testing.T) {
+	c := &Column{Name: "v", DataType: "varchar", ColumnType: "varchar(5)"}
+	err := c.resolve(0, 0, "swe7", 5)
+	if !errors.Is(err, ErrCharset) || hint.Of(err) == "" || !strings.Contains(err.Error(), "swe7") {
+		t.Fatalf("swe7 column: %v (hint %q)", err, hint.Of(err))
+	}
+	if got := col(t, "varchar", "varchar(5)", 0, 0, "latin1", 5).Charset.Decode([]byte{'c', 0xe9, 0x80, 0x81}); got != "cé€\u0081" {
+		t.Fatalf("latin1 decodes to %q", got)
 	}
 }

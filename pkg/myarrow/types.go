@@ -7,7 +7,10 @@ package myarrow
 
 import (
 	"context"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/apache/arrow/go/v17/arrow"
@@ -15,6 +18,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/rtrctl/rtrctl/internal/hint"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // MetaType is the Arrow field metadata key holding a column's MySQL type
@@ -62,6 +66,9 @@ type Column struct {
 	Length int
 	// Values are the names of an ENUM or SET, in definition order.
 	Values []string
+	// Charset decodes the binlog bytes of a text column (CHAR, VARCHAR,
+	// TEXT): information_schema's CHARACTER_SET_NAME. Nil for the others.
+	Charset *Charset
 	// Type is the Arrow type.
 	Type arrow.DataType
 }
@@ -101,7 +108,8 @@ func (t *Table) Fields() []arrow.Field {
 // SelectList is the column list a snapshot selects, with the casts that
 // make the text protocol give exact values: FLOAT as DOUBLE (MySQL prints
 // a FLOAT with 6 digits, which loses bits), BIT as a number (the text
-// protocol sends BIT as raw bytes).
+// protocol sends BIT as raw bytes), ENUM and SET as their index and bit
+// mask (what the binlog carries), named from Column.Values by Convert.
 func (t *Table) SelectList() string {
 	parts := make([]string, len(t.Columns))
 	for i, c := range t.Columns {
@@ -109,7 +117,9 @@ func (t *Table) SelectList() string {
 		switch c.Kind {
 		case KindFloat32:
 			parts[i] = "CAST(" + q + " AS DOUBLE)"
-		case KindBit:
+		case KindBit, KindEnum, KindSet:
+			// ENUM and SET as their number, the binlog's form, so that
+			// both paths name it from Values.
 			parts[i] = "(" + q + " + 0)"
 		default:
 			parts[i] = q
@@ -176,6 +186,23 @@ func LoadTable(ctx context.Context, conn *client.Conn, db, table string) (*Table
 			return nil, fmt.Errorf("describe %s: %w", name, err)
 		}
 		t.Columns = append(t.Columns, c)
+	}
+	served := map[string]*Charset{}
+	for i := range t.Columns {
+		c := &t.Columns[i]
+		if err := t.realLabels(ctx, conn, c); err != nil {
+			return nil, fmt.Errorf("describe %s: %w", name, err)
+		}
+		if c.Charset != nil && (c.Charset.SingleByte() || c.Charset.Probed()) {
+			if served[c.Charset.Name] == nil {
+				cs, err := serverBytes(ctx, conn, c.Charset)
+				if err != nil {
+					return nil, fmt.Errorf("describe %s: column %s: %w", name, c.Name, err)
+				}
+				served[c.Charset.Name] = cs
+			}
+			c.Charset = served[c.Charset.Name]
+		}
 	}
 	r, err = conn.Execute(`SELECT COLUMN_NAME FROM information_schema.STATISTICS
 		WHERE `+whereTable+` AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX`, db, table, db, table)
@@ -267,9 +294,17 @@ func (c *Column) resolve(prec, scale int, charset string, octets int) error {
 	case "char", "varchar", "tinytext", "text", "mediumtext", "longtext":
 		if charset == "binary" {
 			c.Kind, c.Type = KindBinary, arrow.BinaryTypes.Binary
-		} else {
-			c.Kind, c.Type = KindString, arrow.BinaryTypes.String
+			break
 		}
+		c.Kind, c.Type = KindString, arrow.BinaryTypes.String
+		if charset == "" {
+			charset = "utf8mb4"
+		}
+		cs, err := LookupCharset(charset)
+		if err != nil {
+			return charsetError(c.Name, charset, c.ColumnType)
+		}
+		c.Charset = cs
 	case "json":
 		c.Kind, c.Type = KindJSON, arrow.BinaryTypes.String
 	case "binary":
@@ -440,4 +475,77 @@ func (t *Table) CheckBinlogColumns(types []byte, meta []uint16, names []string) 
 		}
 	}
 	return ""
+}
+
+// realLabels reads the ENUM or SET labels of c from the table definition
+// itself when information_schema cannot show them: it holds them in
+// utf8mb3, where a character outside the Basic Multilingual Plane (an
+// emoji) is '?'. MariaDB evaluates every label in a variable of the
+// column's type (DECLARE ... TYPE OF), which gives the real characters.
+// MySQL has no such statement: there the labels stay as
+// information_schema shows them, on the snapshot and the binlog path
+// alike (both name a value by its number).
+func (t *Table) realLabels(ctx context.Context, conn *client.Conn, c *Column) error {
+	if c.Kind != KindEnum && c.Kind != KindSet || !slices.ContainsFunc(c.Values, func(v string) bool { return strings.Contains(v, "?") }) {
+		return nil
+	}
+	if ok, err := upstream.IsMariaDB(ctx, conn); err != nil || !ok {
+		return err
+	}
+	value := "i + 1"
+	if c.Kind == KindSet {
+		value = "1 << i"
+	}
+	block := fmt.Sprintf("BEGIN NOT ATOMIC DECLARE v TYPE OF %s.%s; DECLARE s LONGTEXT CHARACTER SET utf8mb4 DEFAULT '[]'; DECLARE i INT DEFAULT 0; "+
+		"WHILE i < %d DO SET v = %s; SET s = JSON_ARRAY_APPEND(s, '$', CONVERT(v USING utf8mb4)); SET i = i + 1; END WHILE; SET @rtr_labels = s; END",
+		t.SQL(), QuoteIdent(c.Name), len(c.Values), value)
+	if _, err := upstream.Execute(ctx, conn, block); err != nil {
+		return fmt.Errorf("read the labels of %s: %w", c.Name, err)
+	}
+	r, err := upstream.Execute(ctx, conn, "SELECT @rtr_labels")
+	if err != nil {
+		return fmt.Errorf("read the labels of %s: %w", c.Name, err)
+	}
+	s, _ := r.GetString(0, 0)
+	var vs []string
+	if err := json.Unmarshal([]byte(s), &vs); err != nil || len(vs) != len(c.Values) {
+		return fmt.Errorf("read the labels of %s: got %q for %d labels", c.Name, s, len(c.Values))
+	}
+	c.Values = vs
+	return nil
+}
+
+// serverBytes asks the server how it converts each byte of the
+// single-byte character set cs (or each two-byte code of a double-byte
+// one) to utf8mb4 and returns cs following it.
+func serverBytes(ctx context.Context, conn *client.Conn, cs *Charset) (*Charset, error) {
+	if cs.Probed() {
+		r, err := upstream.Execute(ctx, conn, fmt.Sprintf("SELECT HEX(CONVERT(CAST(X'%x' AS CHAR CHARACTER SET %s) USING utf8mb4))", ProbeCodes(), cs.Name))
+		if err != nil {
+			return nil, fmt.Errorf("read the code mapping of character set %s: %w", cs.Name, err)
+		}
+		h, _ := r.GetString(0, 0)
+		b, err := hex.DecodeString(h)
+		if err != nil {
+			return nil, fmt.Errorf("read the code mapping of character set %s: %w", cs.Name, err)
+		}
+		out, _ := cs.WithServerCodes(strings.Split(string(b), "\n"))
+		return out, nil
+	}
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	r, err := upstream.Execute(ctx, conn, fmt.Sprintf("SELECT HEX(CONVERT(_%s X'%x' USING utf8mb4))", cs.Name, all))
+	if err != nil {
+		return nil, fmt.Errorf("read the byte mapping of character set %s: %w", cs.Name, err)
+	}
+	h, _ := r.GetString(0, 0)
+	b, err := hex.DecodeString(h)
+	rs := []rune(string(b))
+	if err != nil || len(rs) != 256 {
+		return nil, fmt.Errorf("read the byte mapping of character set %s: %d characters for 256 bytes", cs.Name, len(rs))
+	}
+	out, _ := cs.WithServerBytes([256]rune(rs))
+	return out, nil
 }

@@ -183,8 +183,12 @@ func OpenServer(ctx context.Context, u *upstream.MySQL) (*Server, error) {
 			s.UUID = strings.ToLower(u)
 		}
 	}
-	if err == nil {
-		_, err = upstream.Execute(ctx, conn, "SET time_zone = '+00:00'")
+	// utf8mb4 results whatever the server's default character set
+	// (information_schema, ENUM labels): what the snapshot reads too.
+	for _, q := range []string{"SET NAMES utf8mb4", "SET time_zone = '+00:00'"} {
+		if err == nil {
+			_, err = upstream.Execute(ctx, conn, q)
+		}
 	}
 	if err != nil {
 		conn.Close()
@@ -910,7 +914,7 @@ func (s *myStreamer) rows(et replication.EventType, ev *replication.RowsEvent) e
 			continue
 		}
 		d := diffs[i%len(diffs)]
-		if err := mt.rb.Append(row, s.txn.Pos, d, s.txn.Partition); err != nil {
+		if err := mt.rb.AppendBinlog(row, s.txn.Pos, d, s.txn.Partition); err != nil {
 			return s.fail(mt, fmt.Sprintf("cannot convert a row of %s at %s: %v", name, s.txnGTID, err))
 		}
 		if mt.rb.Rows() >= s.cfg.FlushRows {

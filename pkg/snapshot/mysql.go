@@ -109,11 +109,16 @@ type myTab struct {
 	rows    int64
 	rewound int64
 	ranges  int
+	// failed: a value did not convert; the table got a definite error.
+	failed bool
 }
 
+// myBatch is a record of a table or, with fail set, the definite error
+// of the table (a value that does not convert).
 type myBatch struct {
-	tb  *myTab
-	rec arrow.Record
+	tb   *myTab
+	rec  arrow.Record
+	fail string
 }
 
 // MySQL writes a definite snapshot of MySQL/MariaDB tables to sink: every
@@ -156,6 +161,11 @@ func MySQL(ctx context.Context, cfg MySQLConfig, sink pipe.Sink) (*MySQLResult, 
 	}
 	defer srv.Conn.Close()
 	res := &MySQLResult{MariaDB: srv.MariaDB, Schemas: map[string]*myarrow.Table{}}
+	if ps, ok := sink.(*pipe.PipeSink); ok && ps.Domain == "" {
+		// A table's definite error may come before any record names the
+		// domain.
+		ps.Domain = srv.Domain()
+	}
 	var tabs []*myTab
 	for _, name := range cfg.Tables {
 		db, tn, err := myarrow.ParseName(name)
@@ -191,7 +201,9 @@ func MySQL(ctx context.Context, cfg MySQLConfig, sink pipe.Sink) (*MySQLResult, 
 			return nil, fmt.Errorf("snapshot mysql: open copy connection: %w", err)
 		}
 		workers[i] = w
-		for _, q := range []string{"SET time_zone = '+00:00'", "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"} {
+		// utf8mb4: the server converts every column's text to UTF-8 (the
+		// binlog path decodes the same bytes with myarrow.Charset).
+		for _, q := range []string{"SET NAMES utf8mb4", "SET time_zone = '+00:00'", "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"} {
 			if _, err := upstream.Execute(ctx, w, q); err != nil {
 				return nil, fmt.Errorf("snapshot mysql: %s: %w", q, err)
 			}
@@ -245,6 +257,10 @@ func MySQL(ctx context.Context, cfg MySQLConfig, sink pipe.Sink) (*MySQLResult, 
 		return nil, fmt.Errorf("snapshot mysql: %w", err)
 	}
 	for _, tb := range tabs {
+		if tb.failed {
+			res.Tables = append(res.Tables, TableResult{Name: tb.t.QualifiedName(), Rows: tb.rows, Ranges: tb.ranges, Format: "text"})
+			continue
+		}
 		if err := sink.Progress(tb.t.QualifiedName(), done); err != nil {
 			return nil, fmt.Errorf("snapshot mysql: %w", err)
 		}
@@ -467,6 +483,20 @@ func copyMySQL(ctx context.Context, cfg MySQLConfig, d frontier.Domain, part str
 	var rows int64
 	var serr error
 	for b := range out {
+		if b.fail != "" || b.tb.failed {
+			if serr == nil && !b.tb.failed {
+				b.tb.failed = true
+				cfg.Logger.Warn("snapshot mysql: a table has a value that does not convert; its collection stops", "table", b.tb.t.QualifiedName(), "error", b.fail)
+				serr = sink.Error(b.tb.t.QualifiedName(), frontier.Time{Partition: part}, b.fail)
+			}
+			if b.rec != nil {
+				b.rec.Release()
+			}
+			if serr != nil {
+				stop()
+			}
+			continue
+		}
 		if serr == nil {
 			n := b.rec.NumRows()
 			serr = sink.Data(b.tb.t.QualifiedName(), b.rec)
@@ -511,11 +541,18 @@ func copyWorkerMySQL(ctx context.Context, conn *client.Conn, cfg MySQLConfig, d 
 			}
 		}
 		var result mysql.Result
+		var bad *myarrow.ConvertError
 		err := conn.ExecuteSelectStreaming(q, &result, func(row []mysql.FieldValue) error {
+			if bad != nil {
+				return nil // read the rest of the result, keep nothing
+			}
 			for i := range row {
 				vals[i] = myarrow.TextValue(row[i])
 			}
 			if err := rb.Append(vals, 0, 1, part); err != nil {
+				if errors.As(err, &bad) {
+					return nil
+				}
 				return fmt.Errorf("copy %s: %w", t.QualifiedName(), err)
 			}
 			if rb.Rows() >= cfg.BatchRows || rb.Bytes() >= DefaultBatchBytes {
@@ -523,7 +560,14 @@ func copyWorkerMySQL(ctx context.Context, conn *client.Conn, cfg MySQLConfig, d 
 			}
 			return nil
 		}, nil)
-		if err == nil && rb.Rows() > 0 {
+		if err == nil && bad != nil {
+			msg := fmt.Sprintf("snapshot of %s: value %s cannot be converted: %v; the collection stops here: fix or delete the row and re-snapshot the table", t.QualifiedName(), mysqlQuote(bad.Value), bad)
+			select {
+			case out <- myBatch{tb: k.tb, fail: msg}:
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+		} else if err == nil && rb.Rows() > 0 {
 			err = send()
 		}
 		rb.Release()
@@ -547,6 +591,9 @@ func rewindMySQL(ctx context.Context, cfg MySQLConfig, res *MySQLResult, tabs []
 	r := &myRewinder{cfg: cfg, res: res, sink: sink, began: began, tabs: map[string]*myTab{}}
 	var names []string
 	for _, tb := range tabs {
+		if tb.failed {
+			continue
+		}
 		r.tabs[tb.t.QualifiedName()] = tb
 		names = append(names, tb.t.QualifiedName())
 		r.rows += tb.rows
@@ -697,4 +744,16 @@ func appendFrom(b array.Builder, arr arrow.Array, i int) error {
 		return fmt.Errorf("rewind: unexpected column type %s", arr.DataType())
 	}
 	return nil
+}
+
+// mysqlQuote prints a value of the server as SQL would: 'text' or a
+// number.
+func mysqlQuote(v any) string {
+	switch x := v.(type) {
+	case []byte:
+		return "'" + strings.ReplaceAll(string(x), "'", "''") + "'"
+	case string:
+		return "'" + strings.ReplaceAll(x, "'", "''") + "'"
+	}
+	return fmt.Sprint(v)
 }
