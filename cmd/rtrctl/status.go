@@ -35,8 +35,11 @@ The lag is the upstream frontier minus the last binding's frontier, summed
 over partitions, in the positions of the source's kind: WAL bytes (pg),
 transactions (mysql, mariadb) or records (kafka), as the rtr_lag_positions
 metric of 'rtrctl ingest'; and the age of that binding in ms (0 when caught
-up). Without --dsn, --brokers or --probe-recorded status reads only the
-store and probes nothing.
+up). With it, what the upstream keeps for the source to resume from: the
+WAL a pg source's replication slot holds back (and its wal_status and
+safe_wal_size), or how long a mysql server keeps binlogs and the headroom
+left after the lag. Without --dsn, --brokers or --probe-recorded status
+reads only the store and probes nothing.
 
 Each source is measured as its own kind (the one its ingest recorded, else
 the one of its frontiers): --dsn is parsed as a PostgreSQL DSN for pg
@@ -64,7 +67,8 @@ Examples:
 
 --output json gives the same with system times as numbers; per source
 "upstream" (a frontier), "lag_positions", "lag_wal_bytes" (pg sources
-only, the same number), "lag_ms" when measured, "lag_note" when skipped.`,
+only, the same number), "lag_ms" when measured, "lag_note" when skipped, "retention" and
+"binlog_headroom_seconds" (docs/operations.md, Metrics).`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dsn", Usage: "measure the store's pg sources against this PostgreSQL DSN, or its mysql sources against this MySQL/MariaDB DSN (forms as for 'rtrctl ingest')"},
 			&cli.StringFlag{Name: "brokers", Usage: "measure the store's kafka sources against these brokers, host:port[,host:port]"},
@@ -140,6 +144,15 @@ type sourceStatus struct {
 	// LagNote says why the lag was not measured when an upstream was named
 	// but does not fit the source.
 	LagNote string `json:"lag_note,omitempty"`
+	// Retention is what the upstream keeps for the source to resume from
+	// (a PostgreSQL slot's retained WAL, a MySQL server's binlog expiry),
+	// when measured; RetentionNote says why it could not be read.
+	Retention     *probe.Retention `json:"retention,omitempty"`
+	RetentionNote string           `json:"retention_note,omitempty"`
+	// BinlogHeadroomSeconds is the binlog retention minus the lag: about
+	// how long the source may stay behind before the server may purge a
+	// binlog it needs.
+	BinlogHeadroomSeconds *float64 `json:"binlog_headroom_seconds,omitempty"`
 }
 
 func runStatus(ctx context.Context, w io.Writer, opts statusOptions) error {
@@ -250,7 +263,11 @@ func runStatus(ctx context.Context, w io.Writer, opts statusOptions) error {
 		if s.LagPositions != nil {
 			lag = fmt.Sprintf("%d %s, %d ms", *s.LagPositions, s.Upstream.Domain().Unit(), *s.LagMillis)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, running, s.Bindings, s.LastBound, f, up, lag, s.LagNote)
+		note := s.LagNote
+		if r := retentionNote(s); r != "" {
+			note = strings.TrimPrefix(note+"; "+r, "; ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, running, s.Bindings, s.LastBound, f, up, lag, note)
 	}
 	return tw.Flush()
 }
@@ -266,8 +283,10 @@ type statusUpstreams struct {
 
 // sourceProbe is the prober of one source's upstream.
 type sourceProbe struct {
-	s *sourceStatus
-	p probe.Prober
+	// upstream is the upstream info the ingest recorded (the slot).
+	upstream map[string]string
+	s        *sourceStatus
+	p        probe.Prober
 }
 
 func newStatusUpstreams(opts statusOptions) *statusUpstreams {
@@ -328,7 +347,7 @@ func (u *statusUpstreams) pick(s *sourceStatus, info store.SourceInfo, recorded 
 	}
 	if p != nil {
 		s.LagNote = ""
-		u.probes = append(u.probes, sourceProbe{s, p})
+		u.probes = append(u.probes, sourceProbe{upstream: info.Upstream, s: s, p: p})
 	}
 	return nil
 }
@@ -341,7 +360,7 @@ func (u *statusUpstreams) measure(ctx context.Context, bindings map[string][]fro
 		if len(bs) == 0 {
 			continue // nothing ingested to be behind by
 		}
-		if err := measureLag(ctx, sp.s, bs[len(bs)-1], sp.p); err != nil {
+		if err := measureLag(ctx, sp.s, bs[len(bs)-1], sp.p, sp.upstream); err != nil {
 			return err
 		}
 	}
@@ -357,7 +376,7 @@ func (u *statusUpstreams) close() {
 // measureLag probes s's upstream and sets its upstream frontier and its
 // lag behind it: the rtr_lag_positions of 'rtrctl ingest', and the age of
 // the last binding (0 when caught up).
-func measureLag(ctx context.Context, s *sourceStatus, last frontier.Binding, p probe.Prober) error {
+func measureLag(ctx context.Context, s *sourceStatus, last frontier.Binding, p probe.Prober, upstream map[string]string) error {
 	res, err := p.Probe(ctx)
 	if err != nil {
 		return fmt.Errorf("status %s: %w", s.Name, err)
@@ -376,7 +395,45 @@ func measureLag(ctx context.Context, s *sourceStatus, last frontier.Binding, p p
 	if res.Frontier.Domain() == frontier.DomainLSN {
 		s.LagBytes = &lag
 	}
+	if r, ok := p.(probe.Retainer); ok {
+		ret, err := r.Retention(ctx, upstream)
+		if err != nil {
+			s.RetentionNote = err.Error()
+			return nil
+		}
+		s.Retention = &ret
+		if ret.BinlogRetentionSeconds != nil {
+			h := *ret.BinlogRetentionSeconds - float64(ms)/1000
+			s.BinlogHeadroomSeconds = &h
+		}
+	}
 	return nil
+}
+
+// retentionNote says in words what the upstream retains for s.
+func retentionNote(s sourceStatus) string {
+	r := s.Retention
+	switch {
+	case s.RetentionNote != "":
+		return "retention not read: " + s.RetentionNote
+	case r == nil:
+		return ""
+	case r.Slot != "":
+		note := fmt.Sprintf("slot %s", r.Slot)
+		if r.RetainedBytes != nil {
+			note += fmt.Sprintf(" retains %d WAL bytes", *r.RetainedBytes)
+		}
+		if r.WALStatus != "" {
+			note += " (" + r.WALStatus + ")"
+		}
+		if r.SafeWALSize != nil {
+			note += fmt.Sprintf(", %d bytes before it may be lost", *r.SafeWALSize)
+		}
+		return note
+	case s.BinlogHeadroomSeconds != nil:
+		return fmt.Sprintf("binlogs kept %s, headroom %s", time.Duration(*r.BinlogRetentionSeconds*float64(time.Second)), time.Duration(*s.BinlogHeadroomSeconds*float64(time.Second)).Round(time.Second))
+	}
+	return "binlogs never expire"
 }
 
 // check fails when an upstream flag given fits no source of the

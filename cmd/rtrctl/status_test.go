@@ -231,6 +231,15 @@ func TestStatusPG(t *testing.T) {
 	if want := fmt.Sprintf("%d WAL bytes, ", *src.LagPositions); !strings.Contains(out, want) {
 		t.Errorf("status text lacks %q:\n%s", want, out)
 	}
+	// The slot holds back the WAL written while no ingest runs, and lets
+	// it go once an ingest has caught up again.
+	r0, r1, lagStopped := slotRetained(t, sourceIn(t, s, "pg")), slotRetained(t, src), *src.LagPositions
+	if r1 <= r0 || src.Retention.WALStatus != "reserved" {
+		t.Errorf("slot retains %d WAL bytes after %d were written while stopped, %d before; status %q", r1, *src.LagPositions, r0, src.Retention.WALStatus)
+	}
+	if !strings.Contains(out, fmt.Sprintf("slot %s retains ", src.Retention.Slot)) {
+		t.Errorf("status text lacks the slot's retention:\n%s", out)
+	}
 
 	// The recorded upstream has no password: PGPASSWORD supplies it.
 	t.Setenv("PGPASSWORD", pg.Password)
@@ -255,6 +264,34 @@ func TestStatusPG(t *testing.T) {
 	if !strings.Contains(out, "NOTE") || !strings.Contains(out, "not measured: --dsn is not the upstream of a mysql source") {
 		t.Errorf("status text lacks the note:\n%s", out)
 	}
+
+	// Resumed and caught up, the slot lets go of the WAL it held back.
+	ing = statusIngest(t, dir, ingest.NewPG(ingest.PGConfig{Upstream: upstream.MustParsePostgres(dsn), Publication: "pub"}))
+	statusCaughtUp(t, ing, dir, "pg", "--dsn", dsn)
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		// A checkpoint logs the running transactions, from which the slot's
+		// restart_lsn advances (else at most 15 s later).
+		execAll(t, conn, "CHECKPOINT")
+		r2 := slotRetained(t, sourceIn(t, statusOf(t, dir, "--dsn", dsn), "pg"))
+		if r2 < r1 {
+			t.Logf("slot retained %d WAL bytes caught up, %d after %d bytes written while stopped, %d after resuming", r0, r1, lagStopped, r2)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot still retains %d WAL bytes 60 s after the ingest resumed (%d when stopped)", r2, r1)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	ing.stop()
+}
+
+// slotRetained is the WAL a measured pg source's slot retains.
+func slotRetained(t *testing.T, src sourceStatus) uint64 {
+	t.Helper()
+	if r := src.Retention; r == nil || r.RetainedBytes == nil || r.Slot == "" {
+		t.Fatalf("source %s: no slot retention measured: %+v (%s)", src.Name, r, src.RetentionNote)
+	}
+	return *src.Retention.RetainedBytes
 }
 
 // mariadbAt is the MariaDB frontier of GTID domain 0 at next seq.
@@ -299,9 +336,17 @@ func TestStatusMariaDB(t *testing.T) {
 	if *src.LagPositions != 3 || *src.LagMillis <= 0 {
 		t.Errorf("after 3 transactions with no ingest running: lag %d transactions, %d ms; want 3 and > 0", *src.LagPositions, *src.LagMillis)
 	}
-	if out := mustRun(t, "", "status", dir, "--dsn", m.URL()); !strings.Contains(out, "3 transactions, ") {
-		t.Errorf("status text lacks the lag in transactions:\n%s", out)
+	if out := mustRun(t, "", "status", dir, "--dsn", m.URL()); !strings.Contains(out, "3 transactions, ") || !strings.Contains(out, "binlogs never expire") {
+		t.Errorf("status text lacks the lag in transactions or the binlog retention:\n%s", out)
 	}
+	// Retention headroom: binlogs kept a day, minus the lag.
+	d.exec(t, "SET GLOBAL binlog_expire_logs_seconds = 86400")
+	src = sourceIn(t, statusOf(t, dir, "--dsn", m.URL()), "mysql")
+	if r := src.Retention; r == nil || r.BinlogRetentionSeconds == nil || *r.BinlogRetentionSeconds != 86400 || src.BinlogHeadroomSeconds == nil ||
+		*src.BinlogHeadroomSeconds != 86400-float64(*src.LagMillis)/1000 {
+		t.Errorf("binlogs kept a day: retention %+v, headroom %v, lag %d ms", r, src.BinlogHeadroomSeconds, *src.LagMillis)
+	}
+	d.exec(t, "SET GLOBAL binlog_expire_logs_seconds = 0")
 
 	statusFails(t, exitError, []string{dir, "--dsn", "postgres://app@127.0.0.1/app"},
 		"--dsn fits no source of the store", "mysql source mysql", "parse mysql dsn", "hint: use user:pass@tcp(host:3306)/db")

@@ -32,6 +32,12 @@ type Metrics struct {
 	lagSeconds *prometheus.GaugeVec
 	lastError  *prometheus.GaugeVec
 	retries    *prometheus.CounterVec
+	// What the upstream retains for the source (probe.Retention).
+	slotRetained  *prometheus.GaugeVec
+	slotSafe      *prometheus.GaugeVec
+	slotStatus    *prometheus.GaugeVec
+	binlogKeep    *prometheus.GaugeVec
+	binlogHeadway *prometheus.GaugeVec
 
 	mu      sync.Mutex
 	sources map[string]*sourceMetrics
@@ -40,19 +46,25 @@ type Metrics struct {
 // NewMetrics makes the metrics of one ingest process.
 func NewMetrics() *Metrics {
 	m := &Metrics{
-		reg:        prometheus.NewRegistry(),
-		rows:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtr_rows_ingested_total", Help: "Rows (updates) committed to the store."}, []string{"source", "collection"}),
-		commits:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtr_commits_total", Help: "Commits (compare-and-append) per collection."}, []string{"source", "collection"}),
-		upper:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_store_upper_ms", Help: "Durable upper of each collection, system milliseconds."}, []string{"source", "collection"}),
-		position:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_source_position", Help: "Source progress (an upper) per partition, in the source's units (LSN bytes, GTID sequence, offset)."}, []string{"source", "partition"}),
-		upstream:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_upstream_position", Help: "Upstream visible frontier per partition, in the source's units."}, []string{"source", "partition"}),
-		lag:        prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_lag_positions", Help: "Upstream frontier minus source progress, summed over partitions (WAL bytes, transactions or records)."}, []string{"source"}),
-		lagSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_lag_seconds", Help: "Seconds since source progress last reached the upstream frontier."}, []string{"source"}),
-		lastError:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_last_error_timestamp_seconds", Help: "Unix time of the last error, by kind."}, []string{"source", "kind"}),
-		retries:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtr_upstream_retries_total", Help: "Attempts restarted after a transient upstream failure."}, []string{"source"}),
-		sources:    map[string]*sourceMetrics{},
+		reg:           prometheus.NewRegistry(),
+		rows:          prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtr_rows_ingested_total", Help: "Rows (updates) committed to the store."}, []string{"source", "collection"}),
+		commits:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtr_commits_total", Help: "Commits (compare-and-append) per collection."}, []string{"source", "collection"}),
+		upper:         prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_store_upper_ms", Help: "Durable upper of each collection, system milliseconds."}, []string{"source", "collection"}),
+		position:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_source_position", Help: "Source progress (an upper) per partition, in the source's units (LSN bytes, GTID sequence, offset)."}, []string{"source", "partition"}),
+		upstream:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_upstream_position", Help: "Upstream visible frontier per partition, in the source's units."}, []string{"source", "partition"}),
+		lag:           prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_lag_positions", Help: "Upstream frontier minus source progress, summed over partitions (WAL bytes, transactions or records)."}, []string{"source"}),
+		lagSeconds:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_lag_seconds", Help: "Seconds since source progress last reached the upstream frontier."}, []string{"source"}),
+		lastError:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_last_error_timestamp_seconds", Help: "Unix time of the last error, by kind."}, []string{"source", "kind"}),
+		retries:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtr_upstream_retries_total", Help: "Attempts restarted after a transient upstream failure."}, []string{"source"}),
+		slotRetained:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_pg_slot_retained_wal_bytes", Help: "WAL the replication slot holds back on the server: current WAL position minus the slot's restart_lsn."}, []string{"source", "slot"}),
+		slotSafe:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_pg_slot_safe_wal_size_bytes", Help: "WAL that can still be written before the slot may be lost (safe_wal_size); absent when max_slot_wal_keep_size is unlimited."}, []string{"source", "slot"}),
+		slotStatus:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_pg_slot_wal_status", Help: "1 for the slot's wal_status (reserved, extended, unreserved, lost), 0 for the others."}, []string{"source", "slot", "wal_status"}),
+		binlogKeep:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_binlog_retention_seconds", Help: "How long the MySQL/MariaDB server keeps a binary log after its last write; absent when binlogs never expire."}, []string{"source"}),
+		binlogHeadway: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_binlog_headroom_seconds", Help: "Binlog retention minus rtr_lag_seconds: about how long the ingest may stay behind before the server may purge a binlog it still needs."}, []string{"source"}),
+		sources:       map[string]*sourceMetrics{},
 	}
-	m.reg.MustRegister(m.rows, m.commits, m.upper, m.position, m.upstream, m.lag, m.lagSeconds, m.lastError, m.retries)
+	m.reg.MustRegister(m.rows, m.commits, m.upper, m.position, m.upstream, m.lag, m.lagSeconds, m.lastError, m.retries,
+		m.slotRetained, m.slotSafe, m.slotStatus, m.binlogKeep, m.binlogHeadway)
 	return m
 }
 
@@ -98,10 +110,9 @@ func (s *sourceMetrics) sourceProgress(f frontier.Frontier) {
 }
 
 // probeLag probes the upstream every interval until ctx ends and updates
-// the lag metrics.
-func (s *sourceMetrics) probeLag(ctx context.Context, p interface {
-	Probe(context.Context) (probe.Result, error)
-}, interval time.Duration) {
+// the lag metrics and, when p is a probe.Retainer, the retention metrics
+// of the source whose upstream info describes.
+func (s *sourceMetrics) probeLag(ctx context.Context, p probe.Prober, info map[string]string, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -117,8 +128,54 @@ func (s *sourceMetrics) probeLag(ctx context.Context, p interface {
 				continue
 			}
 			s.upstreamAt(res.Frontier, time.Now())
+			if r, ok := p.(probe.Retainer); ok {
+				if ret, err := r.Retention(ctx, info); err != nil {
+					if ctx.Err() == nil {
+						s.Error("retention")
+					}
+				} else {
+					s.retention(ret)
+				}
+			}
 		}
 	}
+}
+
+// wal statuses of pg_replication_slots.
+var walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
+
+// retention records what the upstream retains for the source.
+func (s *sourceMetrics) retention(r probe.Retention) {
+	if r.Slot != "" {
+		if r.RetainedBytes != nil {
+			s.m.slotRetained.WithLabelValues(s.id, r.Slot).Set(float64(*r.RetainedBytes))
+		}
+		if r.SafeWALSize != nil {
+			s.m.slotSafe.WithLabelValues(s.id, r.Slot).Set(float64(*r.SafeWALSize))
+		} else {
+			s.m.slotSafe.DeleteLabelValues(s.id, r.Slot)
+		}
+		for _, st := range walStatuses {
+			v := 0.0
+			if st == r.WALStatus {
+				v = 1
+			}
+			s.m.slotStatus.WithLabelValues(s.id, r.Slot, st).Set(v)
+		}
+	}
+	if r.BinlogRetentionSeconds == nil {
+		s.m.binlogKeep.DeleteLabelValues(s.id)
+		s.m.binlogHeadway.DeleteLabelValues(s.id)
+		return
+	}
+	s.m.binlogKeep.WithLabelValues(s.id).Set(*r.BinlogRetentionSeconds)
+	s.mu.Lock()
+	behind := 0.0
+	if !s.lastCaughtUp.IsZero() {
+		behind = time.Since(s.lastCaughtUp).Seconds()
+	}
+	s.mu.Unlock()
+	s.m.binlogHeadway.WithLabelValues(s.id).Set(*r.BinlogRetentionSeconds - behind)
 }
 
 // upstreamAt records a probe of the upstream frontier and updates the lag.

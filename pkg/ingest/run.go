@@ -294,7 +294,7 @@ func (d *driver) start(ctx context.Context, tl Timeline) error {
 			d.log.Info("recency endpoint", "source", tl.ID, "http", "http://"+addr+recency.HTTPPath)
 		}
 		if sm != nil {
-			go sm.probeLag(ctx, tl.Prober, 2*time.Second)
+			go sm.probeLag(ctx, tl.Prober, tl.Upstream, 2*time.Second)
 		}
 	}
 	return nil

@@ -164,7 +164,33 @@ func TestMetricsEverySource(t *testing.T) {
 					t.Errorf("no %s{%s}:\n%s", name, label, text)
 				}
 			}
+			// What the upstream retains: a PostgreSQL slot's WAL and
+			// status (the test servers keep binlogs forever and Kafka
+			// retention is not per consumer, so those have none).
+			if sc.name == "pg" {
+				waitMetric(t, m, "rtr_pg_slot_retained_wal_bytes", label)
+				waitMetric(t, m, "rtr_pg_slot_wal_status", label+`,wal_status="reserved"} 1`)
+			}
 		})
+	}
+}
+
+// waitMetric waits until a sample of metric name has a line containing
+// want (its labels, and its value when want ends with it).
+func waitMetric(t *testing.T, m *Metrics, name, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		text := m.text(t)
+		for _, line := range strings.Split(text, "\n") {
+			if strings.HasPrefix(line, name+"{") && strings.Contains(line, want) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s with %s after 30s:\n%s", name, want, text)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -2,11 +2,13 @@ package probe
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 
 	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
@@ -33,17 +35,8 @@ func NewMySQL(u *upstream.MySQL) *MySQL {
 func (m *MySQL) Probe(ctx context.Context) (Result, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.conn == nil {
-		conn, err := m.up.Connect(ctx)
-		if err != nil {
-			return Result{}, fmt.Errorf("probe mysql: %w", err)
-		}
-		maria, err := upstream.IsMariaDB(ctx, conn)
-		if err != nil {
-			conn.Close()
-			return Result{}, fmt.Errorf("probe mysql %s: %w", m.up, err)
-		}
-		m.conn, m.mariadb = conn, maria
+	if err := m.connect(ctx); err != nil {
+		return Result{}, err
 	}
 	res, err := m.probe(ctx)
 	if err != nil && hint.Of(err) == "" {
@@ -52,6 +45,36 @@ func (m *MySQL) Probe(ctx context.Context) (Result, error) {
 		m.conn = nil
 	}
 	return res, err
+}
+
+// connect opens the connection unless it is open; m.mu is held.
+func (m *MySQL) connect(ctx context.Context) error {
+	if m.conn != nil {
+		return nil
+	}
+	conn, err := m.up.Connect(ctx)
+	if err != nil {
+		return fmt.Errorf("probe mysql: %w", err)
+	}
+	maria, err := upstream.IsMariaDB(ctx, conn)
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("probe mysql %s: %w", m.up, err)
+	}
+	m.conn, m.mariadb = conn, maria
+	return nil
+}
+
+// execute runs a query on the connection, dropping it when it fails for
+// another reason than the server's refusal of the query.
+func (m *MySQL) execute(ctx context.Context, query string) (*mysql.Result, error) {
+	r, err := upstream.Execute(ctx, m.conn, query)
+	var serr *mysql.MyError
+	if err != nil && !errors.As(err, &serr) {
+		m.conn.Close()
+		m.conn = nil
+	}
+	return r, err
 }
 
 func (m *MySQL) probe(ctx context.Context) (Result, error) {

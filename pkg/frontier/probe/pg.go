@@ -93,20 +93,8 @@ func CheckLogical(ctx context.Context, conn *pgx.Conn) error {
 func (p *Postgres) Probe(ctx context.Context) (Result, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.conn == nil || p.conn.IsClosed() {
-		conn, err := p.up.Connect(ctx)
-		if err != nil {
-			return Result{}, fmt.Errorf("probe postgres: %w", err)
-		}
-		if err := CheckLogical(ctx, conn); err != nil {
-			conn.Close(context.Background())
-			return Result{}, fmt.Errorf("probe postgres: %w", err)
-		}
-		if err := conn.QueryRow(ctx, "SELECT current_setting('wal_block_size')::bigint, pg_size_bytes(current_setting('wal_segment_size'))").Scan(&p.block, &p.seg); err != nil {
-			conn.Close(context.Background())
-			return Result{}, fmt.Errorf("probe postgres: read wal_block_size: %w", err)
-		}
-		p.conn = conn
+	if err := p.connect(ctx); err != nil {
+		return Result{}, err
 	}
 	query := flushingProbe
 	if p.noFlush {
@@ -121,8 +109,7 @@ func (p *Postgres) Probe(ctx context.Context) (Result, error) {
 		err = p.conn.QueryRow(ctx, plainProbe).Scan(&text)
 	}
 	if err != nil {
-		p.conn.Close(context.Background())
-		p.conn = nil
+		p.drop()
 		return Result{}, fmt.Errorf("probe postgres %s: %w", p.up, err)
 	}
 	lsn, err := frontier.ParseLSN(text)
@@ -131,6 +118,33 @@ func (p *Postgres) Probe(ctx context.Context) (Result, error) {
 	}
 	lsn = VisibleInsertLSN(lsn, p.block, p.seg)
 	return Result{Frontier: frontier.Single(frontier.DomainLSN, uint64(lsn)), Native: lsn.String(), Flavor: "postgres"}, nil
+}
+
+// connect opens the connection unless it is open; p.mu is held.
+func (p *Postgres) connect(ctx context.Context) error {
+	if p.conn != nil && !p.conn.IsClosed() {
+		return nil
+	}
+	conn, err := p.up.Connect(ctx)
+	if err != nil {
+		return fmt.Errorf("probe postgres: %w", err)
+	}
+	if err := CheckLogical(ctx, conn); err != nil {
+		conn.Close(context.Background())
+		return fmt.Errorf("probe postgres: %w", err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT current_setting('wal_block_size')::bigint, pg_size_bytes(current_setting('wal_segment_size'))").Scan(&p.block, &p.seg); err != nil {
+		conn.Close(context.Background())
+		return fmt.Errorf("probe postgres: read wal_block_size: %w", err)
+	}
+	p.conn = conn
+	return nil
+}
+
+// drop closes a connection that failed, to reconnect next time.
+func (p *Postgres) drop() {
+	p.conn.Close(context.Background())
+	p.conn = nil
 }
 
 // Close closes the connection, if any.
