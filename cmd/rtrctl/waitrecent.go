@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/rtrctl/rtrctl/pkg/recency"
-	"github.com/rtrctl/rtrctl/pkg/store"
 )
 
 func waitRecentCommand() *cli.Command {
@@ -79,7 +79,7 @@ binding, whether an ingest runs). 1 for other errors.
 				}
 				defer p.Close()
 				opts.wait.Prober = p
-			} else if c.IsSet("dsn") {
+			} else if c.IsSet("dsn") || c.IsSet("dsn-file") {
 				return usagef("add --source pg (or mysql) to name the upstream's kind", "--dsn needs --source")
 			}
 			return runWaitRecent(c.Context, c.App.Writer, opts)
@@ -96,7 +96,9 @@ type waitRecentOptions struct {
 type waitRecentJSON = recency.Result
 
 func runWaitRecent(ctx context.Context, w io.Writer, opts waitRecentOptions) error {
-	st, err := store.Open(ctx, opts.store, store.Options{MustExist: true})
+	// An ingest that is starting may not have created the store yet.
+	opts.wait.Started = time.Now()
+	st, err := recency.OpenStore(ctx, opts.store, opts.wait.Started, opts.wait.Timeout)
 	if err != nil {
 		return err
 	}
