@@ -29,7 +29,14 @@ When 'rtrctl ingest' runs for the source it answers through its socket
 probe per round for all concurrent callers, a binding minted at once.
 Otherwise (or with --no-daemon) wait-recent probes the upstream itself:
 the one the ingest recorded in the store, with the password from
-PGPASSWORD (the store never holds it), or the one named by --source/--dsn.
+PGPASSWORD or MYSQL_PWD (the store never holds it), or the one named by
+--source/--dsn (or --dsn-file). A permanent error there (a wrong password,
+a missing database) fails at once (exit 1).
+
+An ingest that is starting is waited for (until --timeout): its store
+directory, its source, its socket, its snapshot. So
+'rtrctl ingest ... --store S & t=$(rtrctl wait-recent --store S)' works
+as written.
 
 Exit statuses: 0 with t on stdout; 3 when recency was not reached: the
 --timeout passed, or no ingest is running and the store is behind the
