@@ -138,20 +138,26 @@ func timeFlag(c *cli.Context, name string, pipeIn bool) (*uint64, error) {
 }
 
 func runRead(ctx context.Context, w io.Writer, opts readOptions) error {
-	st, err := store.Open(ctx, opts.dir, store.Options{MustExist: true})
-	if err != nil {
+	var st *store.Store
+	var err error
+	if opts.recent {
+		// As wait-recent: an ingest that is starting may not have created
+		// the store or the collection yet.
+		started := time.Now()
+		if st, err = recency.OpenStore(ctx, opts.dir, started, opts.timeout); err != nil {
+			return err // a *recency.NotRecentError exits 3
+		}
+		res, err := recency.Wait(ctx, st, recency.Options{Collection: opts.collection, Timeout: opts.timeout, Started: started, Recorded: recordedProber})
+		if err != nil {
+			return err
+		}
+		opts.asOf = &res.Time
+	} else if st, err = store.Open(ctx, opts.dir, store.Options{MustExist: true}); err != nil {
 		return err
 	}
 	sh, err := openCollection(ctx, st, opts.collection)
 	if err != nil {
 		return err
-	}
-	if opts.recent {
-		res, err := recency.Wait(ctx, st, recency.Options{Collection: opts.collection, Timeout: opts.timeout, Recorded: recordedProber})
-		if err != nil {
-			return err // a *recency.NotRecentError exits 3
-		}
-		opts.asOf = &res.Time
 	}
 	if err := sh.Refresh(ctx); err != nil {
 		return err

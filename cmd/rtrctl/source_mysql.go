@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/rtrctl/rtrctl/internal/dsn"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/ingest"
@@ -28,9 +30,16 @@ func init() {
 			"replicate": {&cli.StringFlag{Name: "start-gtid", Usage: "mysql: start after this GTID position (MariaDB 0-1-42, MySQL uuid:1-42; default: the server's current position)"}},
 		},
 		upstream: func(c *cli.Context) (sourceUpstream, error) {
-			d := envDefault(c, "dsn", "RTR_MYSQL_DSN")
+			d, err := dsnOf(c, "RTR_MYSQL_DSN")
+			if err != nil {
+				return nil, err
+			}
 			if d == "" {
-				return nil, usagef("pass --dsn user:pass@tcp(host:3306)/db or set RTR_MYSQL_DSN", "no MySQL DSN given")
+				return nil, usagef("pass --dsn user:pass@tcp(host:3306)/db (or --dsn-file) or set RTR_MYSQL_DSN", "no MySQL DSN given")
+			}
+			d, err = withMySQLPassword(d)
+			if err != nil {
+				return nil, err
 			}
 			my, err := upstream.ParseMySQL(d)
 			if err != nil {
@@ -52,8 +61,23 @@ func init() {
 		},
 		recorded:     recordedVia(upstream.ParseMySQL, probe.NewMySQL),
 		upstreamFlag: "dsn",
+		passwordEnv:  "MYSQL_PWD",
 		domains:      []frontier.Domain{frontier.DomainMySQL, frontier.DomainMariaDB},
 	})
+}
+
+// withMySQLPassword is DSN d with the password from MYSQL_PWD when d has
+// a user and no password (as PGPASSWORD for PostgreSQL).
+func withMySQLPassword(d string) (string, error) {
+	pw := os.Getenv("MYSQL_PWD")
+	if pw == "" {
+		return d, nil
+	}
+	m, err := dsn.ParseMySQL(d)
+	if err != nil || m.User == "" || m.Password != "" {
+		return d, nil // upstream.ParseMySQL words the error
+	}
+	return m.WithPassword(pw), nil
 }
 
 // mysqlUpstream is the parsed --dsn (or $RTR_MYSQL_DSN).

@@ -40,7 +40,11 @@ func init() {
 			},
 		},
 		upstream: func(c *cli.Context) (sourceUpstream, error) {
-			pg, err := upstream.ParsePostgres(envDefault(c, "dsn", "RTR_PG_DSN"))
+			d, err := dsnOf(c, "RTR_PG_DSN")
+			if err != nil {
+				return nil, err
+			}
+			pg, err := upstream.ParsePostgres(d)
 			if err != nil {
 				return nil, err
 			}

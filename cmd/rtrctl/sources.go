@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/ingest"
@@ -50,6 +51,10 @@ type sourceKind struct {
 	// one command line cannot name every source (a Kafka source's topic).
 	// Nil: upstream as it is.
 	upstreamOf func(c *cli.Context, info store.SourceInfo) (sourceUpstream, error)
+	// passwordEnv is the environment variable a password of the kind's
+	// upstream comes from when the DSN (or the upstream recorded in a
+	// store) has none; "" when the driver reads its own (PGPASSWORD).
+	passwordEnv string
 	// domains are the time domains of the kind's frontiers: the kind of a
 	// source no ingest recorded (a store the stages wrote by hand).
 	domains []frontier.Domain
@@ -140,6 +145,7 @@ func sourceFlags(cmd string) []cli.Flag {
 	flags := []cli.Flag{
 		&cli.StringFlag{Name: "source", Usage: "source kind: " + strings.ReplaceAll(sourceNames(), "--source ", "") + " (required)"},
 		&cli.StringFlag{Name: "dsn", Usage: "connection string for pg (URL or key=value; default: $RTR_PG_DSN, else the PG* environment) or mysql (user:pass@tcp(host:port)/db or mysql://...; default: $RTR_MYSQL_DSN)"},
+		dsnFileFlag(),
 		&cli.StringFlag{Name: "brokers", Usage: "kafka bootstrap brokers, host:port[,host:port] (default: $RTR_KAFKA_BROKERS)"},
 	}
 	seen := map[string]bool{}
@@ -165,12 +171,46 @@ func envDefault(c *cli.Context, flag, env string) string {
 	return os.Getenv(env)
 }
 
+// dsnFileFlag is --dsn-file, which keeps a DSN (and its password) out of
+// the process list.
+func dsnFileFlag() cli.Flag {
+	return &cli.StringFlag{Name: "dsn-file", Usage: "read --dsn from this file (its first line), keeping the password out of the process list"}
+}
+
+// dsnOf is the kind's DSN: --dsn, else the first line of --dsn-file, else
+// the environment variable env.
+func dsnOf(c *cli.Context, env string) (string, error) {
+	if v := c.String("dsn"); v != "" {
+		if c.String("dsn-file") != "" {
+			return "", usagef("pass one of --dsn and --dsn-file", "--dsn and --dsn-file exclude each other")
+		}
+		return v, nil
+	}
+	if f := c.String("dsn-file"); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", hint.Wrap(fmt.Errorf("read --dsn-file: %w", err), "name a readable file that holds the DSN on its first line")
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		if line = strings.TrimSpace(line); line == "" {
+			return "", hint.Wrap(fmt.Errorf("read --dsn-file %s: the file is empty", f), "write the DSN on its first line")
+		}
+		return line, nil
+	}
+	return os.Getenv(env), nil
+}
+
 // recordedProber is the wait-recent and status path's prober for an
-// upstream an ingest recorded: the kind that recorded it knows how.
+// upstream an ingest recorded: the kind that recorded it knows how. The
+// store holds no password: without one given, the kind's passwordEnv
+// (MYSQL_PWD) or its driver's own (PGPASSWORD, PGPASSFILE) applies.
 func recordedProber(info store.SourceInfo, password string) (probe.Prober, error) {
 	k := kindNamed(info.Kind)
 	if k == nil || k.recorded == nil {
 		return nil, fmt.Errorf("probe %s: the store records source kind %q, which this rtrctl cannot probe: %w", info.Source, info.Kind, store.ErrInvalid)
+	}
+	if password == "" && k.passwordEnv != "" {
+		password = os.Getenv(k.passwordEnv)
 	}
 	return k.recorded(info, password)
 }

@@ -71,6 +71,7 @@ only, the same number), "lag_ms" when measured, "lag_note" when skipped, "retent
 "binlog_headroom_seconds" (docs/operations.md, Metrics).`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dsn", Usage: "measure the store's pg sources against this PostgreSQL DSN, or its mysql sources against this MySQL/MariaDB DSN (forms as for 'rtrctl ingest')"},
+			dsnFileFlag(),
 			&cli.StringFlag{Name: "brokers", Usage: "measure the store's kafka sources against these brokers, host:port[,host:port]"},
 			&cli.BoolFlag{Name: "probe-recorded", Usage: "measure the sources --dsn and --brokers do not name against the upstream their ingest recorded"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json"},
@@ -86,7 +87,7 @@ only, the same number), "lag_ms" when measured, "lag_note" when skipped, "retent
 			}
 			opts := statusOptions{dir: dir, output: out, recorded: c.Bool("probe-recorded"), flags: map[string]bool{}}
 			for _, k := range sourceKinds {
-				if c.String(k.upstreamFlag) != "" {
+				if c.String(k.upstreamFlag) != "" || k.upstreamFlag == "dsn" && c.String("dsn-file") != "" {
 					opts.flags[k.upstreamFlag] = true
 				}
 			}

@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/rtrctl/rtrctl/pkg/recency"
-	"github.com/rtrctl/rtrctl/pkg/store"
 )
 
 func waitRecentCommand() *cli.Command {
@@ -29,7 +29,14 @@ When 'rtrctl ingest' runs for the source it answers through its socket
 probe per round for all concurrent callers, a binding minted at once.
 Otherwise (or with --no-daemon) wait-recent probes the upstream itself:
 the one the ingest recorded in the store, with the password from
-PGPASSWORD (the store never holds it), or the one named by --source/--dsn.
+PGPASSWORD or MYSQL_PWD (the store never holds it), or the one named by
+--source/--dsn (or --dsn-file). A permanent error there (a wrong password,
+a missing database) fails at once (exit 1).
+
+An ingest that is starting is waited for (until --timeout): its store
+directory, its source, its socket, its snapshot. So
+'rtrctl ingest ... --store S & t=$(rtrctl wait-recent --store S)' works
+as written.
 
 Exit statuses: 0 with t on stdout; 3 when recency was not reached: the
 --timeout passed, or no ingest is running and the store is behind the
@@ -79,7 +86,7 @@ binding, whether an ingest runs). 1 for other errors.
 				}
 				defer p.Close()
 				opts.wait.Prober = p
-			} else if c.IsSet("dsn") {
+			} else if c.IsSet("dsn") || c.IsSet("dsn-file") {
 				return usagef("add --source pg (or mysql) to name the upstream's kind", "--dsn needs --source")
 			}
 			return runWaitRecent(c.Context, c.App.Writer, opts)
@@ -96,7 +103,9 @@ type waitRecentOptions struct {
 type waitRecentJSON = recency.Result
 
 func runWaitRecent(ctx context.Context, w io.Writer, opts waitRecentOptions) error {
-	st, err := store.Open(ctx, opts.store, store.Options{MustExist: true})
+	// An ingest that is starting may not have created the store yet.
+	opts.wait.Started = time.Now()
+	st, err := recency.OpenStore(ctx, opts.store, opts.wait.Started, opts.wait.Timeout)
 	if err != nil {
 		return err
 	}

@@ -715,9 +715,11 @@ func TestWaitRecentUsage(t *testing.T) {
 		{"no store", []string{"wait-recent"}, exitUsage, "no --store given"},
 		{"bad output", []string{"wait-recent", "--store", dir, "--output", "xml"}, exitUsage, `bad --output "xml"`},
 		{"dsn without source", []string{"wait-recent", "--store", dir, "--dsn", "postgres://x@127.0.0.1/db"}, exitUsage, "--dsn needs --source"},
+		{"dsn-file without source", []string{"wait-recent", "--store", dir, "--dsn-file", "/nonexistent"}, exitUsage, "--dsn needs --source"},
 		{"bad timeout", []string{"wait-recent", "--store", dir, "--timeout", "0s"}, exitUsage, "bad --timeout"},
 		{"stray argument", []string{"wait-recent", "--store", dir, "x"}, exitUsage, `unexpected argument "x"`},
-		{"no store there", []string{"wait-recent", "--store", dir + "/none"}, exitError, "no rtrctl store here"},
+		// An ingest that is starting creates the store: waited for.
+		{"no store there", []string{"wait-recent", "--store", dir + "/none", "--timeout", "200ms"}, exitRecencyWait, "no store in"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, code := runCLI(t, "", tc.args...)

@@ -42,6 +42,19 @@ func (m MySQL) String() string {
 	return u.String()
 }
 
+// WithPassword is the DSN in URL form with password pw, and the
+// parameters: for a password that comes from elsewhere than the DSN (a
+// file, MYSQL_PWD). Never print it.
+func (m MySQL) WithPassword(pw string) string {
+	u := url.URL{Scheme: "mysql", Host: m.Addr(), Path: "/" + m.Database, User: url.UserPassword(m.User, pw)}
+	q := url.Values{}
+	for k, v := range m.Params {
+		q.Set(k, v)
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 // ErrMalformed marks a DSN that could not be parsed.
 var ErrMalformed = errors.New("malformed DSN")
 
@@ -140,14 +153,18 @@ func parseMySQLDriver(s string) (MySQL, error) {
 	return m, nil
 }
 
-var (
-	urlPassword = regexp.MustCompile(`(://[^:/@\s]*:)[^@\s]*@`)
-	kvPassword  = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s]*)`)
-	drvPassword = regexp.MustCompile(`^([^:@/]*:)[^@]*@`)
-)
+// kvPassword is a password of a key=value DSN (also sslpassword): a
+// quoted value, which may lack its closing quote (then it runs to the
+// end), or one up to the next space. Group 2 is the value.
+var kvPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*(?:'|$)|\S*)`)
 
-// MaskURL replaces the password of a URL-form DSN with xxxxx.
-func MaskURL(s string) string { return urlPassword.ReplaceAllString(s, "${1}xxxxx@") }
+// queryPassword is a password parameter of a URL's query string (password,
+// sslpassword). Group 2 is the value.
+var queryPassword = regexp.MustCompile(`(?i)([?&;][^=&#?;]*password=)([^&#;]*)`)
+
+// MaskURL replaces the passwords of a URL-form DSN (in its userinfo and in
+// its query string) with xxxxx.
+func MaskURL(s string) string { return mask(s, urlSpans(s)) }
 
 // MaskMySQLDriver replaces the password of a go-sql-driver DSN. It is
 // MaskAny: a DSN that fails to parse may be of another kind.
@@ -157,15 +174,113 @@ func MaskMySQLDriver(s string) string { return MaskAny(s) }
 // MaskAny: a DSN that fails to parse may be of another kind.
 func MaskPG(s string) string { return MaskAny(s) }
 
-// MaskAny masks the password of a DSN of any form rtrctl reads: a URL, a
-// PostgreSQL key=value string or a go-sql-driver DSN. Parse errors quote
-// the DSN masked with it, since a DSN of one kind is often handed to the
-// parser of another (rtrctl status tries each source's kind).
-func MaskAny(s string) string {
-	if strings.Contains(s, "://") {
-		return MaskURL(s)
+// MaskAny masks the password of a DSN of any form rtrctl reads, well
+// formed or not: a URL (userinfo and query string), a PostgreSQL key=value
+// string (quoted, unquoted, or with its closing quote missing) or a
+// go-sql-driver DSN (whose password may hold '@', ':' and '/'). Parse
+// errors quote the DSN masked with it, since a DSN of one kind is often
+// handed to the parser of another (rtrctl status tries each source's
+// kind).
+func MaskAny(s string) string { return mask(s, spans(s)) }
+
+// Secrets are the strings of s that may be a password, as written and
+// URL-decoded: the passwords MaskAny masks. Scrub text that quotes s (a
+// library's parse error) of them.
+func Secrets(s string) []string {
+	var out []string
+	for _, sp := range spans(s) {
+		v := s[sp[0]:sp[1]]
+		out = append(out, v)
+		if d, err := url.PathUnescape(v); err == nil && d != v {
+			out = append(out, d)
+		}
+		if d, err := url.QueryUnescape(v); err == nil && d != v {
+			out = append(out, d)
+		}
+		if u, ok := strings.CutPrefix(v, "'"); ok {
+			u = strings.TrimSuffix(u, "'")
+			out = append(out, u, strings.NewReplacer(`\'`, "'", `\\`, `\`).Replace(u))
+		}
 	}
-	return drvPassword.ReplaceAllString(kvPassword.ReplaceAllString(s, "${1}xxxxx"), "${1}xxxxx@")
+	return out
+}
+
+// spans are the [start, end) byte ranges of s that hold a password,
+// sorted and disjoint.
+func spans(s string) [][2]int {
+	if strings.Contains(s, "://") {
+		return urlSpans(s)
+	}
+	var out [][2]int
+	for _, m := range kvPassword.FindAllStringSubmatchIndex(s, -1) {
+		out = append(out, [2]int{m[4], m[5]})
+	}
+	if len(out) == 0 {
+		if sp, ok := driverSpan(s); ok {
+			out = append(out, sp)
+		}
+	}
+	return out
+}
+
+// urlSpans: the userinfo's password, up to the last '@' of the authority
+// (the last '@' before the query, else the last one at all: a password
+// may hold '@', '/' or '?' unescaped), and the query's password values.
+func urlSpans(s string) [][2]int {
+	i := strings.Index(s, "://") + 3
+	rest := s[i:]
+	at := -1
+	if q := strings.IndexAny(rest, "?#"); q >= 0 {
+		at = strings.LastIndex(rest[:q], "@")
+	}
+	if at < 0 {
+		at = strings.LastIndex(rest, "@")
+	}
+	var out [][2]int
+	if at >= 0 {
+		if c := strings.Index(rest[:at], ":"); c >= 0 {
+			out = append(out, [2]int{i + c + 1, i + at})
+		}
+	}
+	tail := i + at + 1
+	for _, m := range queryPassword.FindAllStringSubmatchIndex(s[tail:], -1) {
+		out = append(out, [2]int{tail + m[4], tail + m[5]})
+	}
+	return out
+}
+
+// driverSpan: the password of [user[:password]@]..., between the first
+// ':' and the last '@' before the database's '/' (as the parser reads it).
+func driverSpan(s string) ([2]int, bool) {
+	head := s
+	if slash := strings.LastIndex(s, "/"); slash >= 0 && strings.Contains(s[:slash], "@") {
+		head = s[:slash]
+	}
+	at := strings.LastIndex(head, "@")
+	if at < 0 {
+		return [2]int{}, false
+	}
+	c := strings.Index(s[:at], ":")
+	if c < 0 || strings.ContainsAny(s[:c], "= \t/") {
+		return [2]int{}, false
+	}
+	return [2]int{c + 1, at}, true
+}
+
+// mask replaces the spans of s with xxxxx.
+func mask(s string, sp [][2]int) string {
+	var b strings.Builder
+	last := 0
+	for _, r := range sp {
+		if r[0] < last {
+			continue
+		}
+		b.WriteString(s[last:r[0]])
+		b.WriteString("xxxxx")
+		last = r[1]
+	}
+	b.WriteString(s[last:])
+	return b.String()
 }
 
 // Scrub removes every occurrence of the given secrets from msg. Use it on

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -72,6 +73,17 @@ func TestMask(t *testing.T) {
 		{"mysql driver as pg", MaskPG("u:secret@tcp(h:1)/d"), "u:xxxxx@tcp(h:1)/d"},
 		{"pg kv as mysql", MaskMySQLDriver("host=h password=secret user=u"), "host=h password=xxxxx user=u"},
 		{"scrub", Scrub("auth failed for secret", "secret"), "auth failed for xxxxx"},
+		{"pg url query password", MaskPG("postgres://u@h:x/db?sslmode=disable&password=secret&x=1"), "postgres://u@h:x/db?sslmode=disable&password=xxxxx&x=1"},
+		{"pg url sslpassword", MaskPG("postgres://u@h/db?sslpassword=secret"), "postgres://u@h/db?sslpassword=xxxxx"},
+		{"url password with at", MaskAny("mysql://u:p@ss@h:1/d"), "mysql://u:xxxxx@h:1/d"},
+		{"url password with slash", MaskAny("postgres://u:p/ss@h:1/d"), "postgres://u:xxxxx@h:1/d"},
+		{"url query with at", MaskAny("postgres://u:pw@h:1/d?application_name=a@b"), "postgres://u:xxxxx@h:1/d?application_name=a@b"},
+		{"mysql driver password with at", MaskMySQLDriver("u:p@ss@tcp(h:1)/d"), "u:xxxxx@tcp(h:1)/d"},
+		{"mysql driver password with at colon slash", MaskMySQLDriver("u:p:@/w@tcp(h:1)/d"), "u:xxxxx@tcp(h:1)/d"},
+		{"mysql driver malformed", MaskMySQLDriver("u:p@ss@tcp(h:1"), "u:xxxxx@tcp(h:1"},
+		{"pg kv unterminated quote", MaskPG("host=h password='se cret"), "host=h password=xxxxx"},
+		{"pg kv escaped quote", MaskPG(`host=h password='se\' cret' user=u`), "host=h password=xxxxx user=u"},
+		{"pg kv upper case", MaskPG("PASSWORD=secret host=h"), "PASSWORD=xxxxx host=h"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,6 +91,29 @@ func TestMask(t *testing.T) {
 				t.Fatalf("got %q, want %q", tc.got, tc.want)
 			}
 		})
+	}
+}
+
+// TestSecrets: every string a DSN of any form may hold a password in,
+// raw and URL-decoded, so that text quoting a DSN that failed to parse can
+// be scrubbed of it.
+func TestSecrets(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []string
+	}{
+		{"postgres://u:p%40ss@h/db", []string{"p%40ss", "p@ss"}},
+		{"postgres://u@h:bad/db?password=s%20e&x=1", []string{"s%20e", "s e"}},
+		{"host=h password='se cret", []string{"se cret"}},
+		{"host=h password=secret user=u", []string{"secret"}},
+		{"u:p@ss@tcp(h:1)/d", []string{"p@ss"}},
+	} {
+		got := Secrets(c.in)
+		for _, w := range c.want {
+			if !slices.Contains(got, w) {
+				t.Errorf("Secrets(%q) = %q, want it to hold %q", c.in, got, w)
+			}
+		}
 	}
 }
 

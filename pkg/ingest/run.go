@@ -250,15 +250,13 @@ func (d *driver) start(ctx context.Context, tl Timeline) error {
 			d.log.Warn("this run does not ingest a collection of the source; the upstream position is acknowledged no further than it", "source", tl.ID, "collection", c)
 		}
 	}
+	// The info is written once the recency server listens: a waiter that
+	// finds the source locked with a socket that does not answer knows
+	// the info is a previous run's and waits for this one's.
 	info := store.SourceInfo{
 		Source: tl.ID, Kind: tl.Kind, Upstream: tl.Upstream, Collections: t.ackColls,
 		PID: os.Getpid(), Started: time.Now().UTC().Format(time.RFC3339),
-		Socket: recency.SocketPath(st.Dir(), tl.ID),
 	}
-	if err := st.WriteSourceInfo(info); err != nil {
-		return fmt.Errorf("ingest %s: %w", tl.ID, err)
-	}
-	t.info = info
 
 	t.w = newStoreWriter(st, tl.ID, names)
 	t.w.afterCommit = d.opts.AfterCommit
@@ -280,23 +278,26 @@ func (d *driver) start(ctx context.Context, tl Timeline) error {
 		if n, ok := d.src.(Nudger); ok {
 			nudge = func() { n.Nudge(tl.ID) }
 		}
-		t.srv = serveRecency(ctx, st, tl.ID, info.Socket, tl.Prober, &t.mu, rc, t.w, nudge, d.log)
+		socket := recency.SocketPath(st.Dir(), tl.ID)
+		if t.srv = serveRecency(ctx, st, tl.ID, socket, tl.Prober, &t.mu, rc, t.w, nudge, d.log); t.srv != nil {
+			info.Socket = socket
+		}
 		if t.srv != nil && d.opts.RecencyAddr != "" {
 			addr, err := t.srv.ListenHTTP(d.opts.RecencyAddr, false)
 			if err != nil {
 				return fmt.Errorf("ingest %s: %w", tl.ID, err)
 			}
 			info.HTTP = addr
-			t.info = info
-			if err := st.WriteSourceInfo(info); err != nil {
-				return fmt.Errorf("ingest %s: %w", tl.ID, err)
-			}
 			d.log.Info("recency endpoint", "source", tl.ID, "http", "http://"+addr+recency.HTTPPath)
 		}
 		if sm != nil {
 			go sm.probeLag(ctx, tl.Prober, tl.Upstream, 2*time.Second)
 		}
 	}
+	if err := st.WriteSourceInfo(info); err != nil {
+		return fmt.Errorf("ingest %s: %w", tl.ID, err)
+	}
+	t.info = info
 	return nil
 }
 

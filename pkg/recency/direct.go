@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rtrctl/rtrctl/internal/retry"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/store"
@@ -97,7 +98,16 @@ func (d *direct) probe(ctx context.Context) (frontier.Frontier, error) {
 		if ctx.Err() != nil {
 			return frontier.Frontier{}, fmt.Errorf("wait-recent %s: %w", d.src, ctx.Err())
 		}
-		d.probeErr = err
+		if retry.IsPermanent(err) {
+			// A wrong password, a missing database or privilege: waiting
+			// does not fix it. The error keeps its hint.
+			return frontier.Frontier{}, fmt.Errorf("wait-recent %s: the upstream cannot be probed: %w", d.src, err)
+		}
+		if d.probeErr == nil || !errors.Is(err, context.DeadlineExceeded) {
+			// An attempt the deadline cut short says less than the
+			// failure before it.
+			d.probeErr = err
+		}
 		if attempt == 0 {
 			d.opts.Logger.Warn("wait-recent: probing the upstream failed; retrying until the timeout", "source", d.src, "error", err)
 		}

@@ -77,6 +77,10 @@ type Options struct {
 	Collection string
 	// Timeout bounds the wait; zero means DefaultTimeout.
 	Timeout time.Duration
+	// Started is when the wait began (the timeout counts from it: a
+	// caller that waited for the store to appear passes its start); zero
+	// means now.
+	Started time.Time
 	// Prober, when set, reads the upstream on the direct path (the caller
 	// keeps it open between waits and closes it).
 	Prober probe.Prober
@@ -114,6 +118,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Started.IsZero() {
+		o.Started = time.Now()
 	}
 	return o
 }
@@ -172,6 +179,10 @@ func (e *NotRecentError) Error() string {
 	} else if !strings.Contains(e.Reason, "no ingest") {
 		parts = append(parts, "no ingest is running")
 	}
+	if e.Source == "" {
+		// Nothing to say about a source the store does not have yet.
+		return "wait-recent: " + e.Reason
+	}
 	return fmt.Sprintf("wait-recent %s: %s: %s", e.Source, e.Reason, strings.Join(parts, ", "))
 }
 
@@ -183,6 +194,9 @@ func (e *NotRecentError) ExitCode() int { return ExitNotRecent }
 
 // Hint says what to do.
 func (e *NotRecentError) Hint() string {
+	if e.Source == "" {
+		return "start 'rtrctl ingest --store DIR ...' (wait-recent waits for it to create the store and its source until --timeout), or check the store directory"
+	}
 	if !e.Running {
 		return fmt.Sprintf("start the ingest of source %s (rtrctl ingest --store DIR --source-id %s ...), or pass --wait-for-ingest to wait for one", e.Source, e.Source)
 	}
@@ -198,32 +212,28 @@ func (e *NotRecentError) Hint() string {
 // Options.WaitForIngest), it returns a *NotRecentError.
 func Wait(ctx context.Context, st *store.Store, opts Options) (Result, error) {
 	opts = opts.withDefaults()
-	start := time.Now()
-	deadline := start.Add(opts.Timeout)
-	src, err := ResolveSource(ctx, st, opts.Source, opts.Collection)
+	deadline := opts.Started.Add(opts.Timeout)
+	src, err := waitSource(ctx, st, opts, deadline)
 	if err != nil {
 		return Result{}, err
 	}
 	info, infoErr := st.ReadSourceInfo(src)
-	if !opts.NoDaemon && infoErr == nil && info.Socket != "" {
-		res, answered, err := askDaemon(ctx, info.Socket, time.Until(deadline))
+	for !opts.NoDaemon && infoErr == nil && (info.Socket != "" || info.HTTP != "") {
+		res, answered, err := askEndpoints(ctx, src, info, time.Until(deadline), opts.Logger)
 		if answered {
-			if err == nil {
-				res.Source, res.Via = src, "daemon"
-			}
 			return res, err
 		}
-		opts.Logger.Debug("wait-recent: no answer from the ingest's socket; waiting directly", "socket", info.Socket, "error", err)
-	}
-	if !opts.NoDaemon && infoErr == nil && info.HTTP != "" {
-		res, answered, err := askHTTP(ctx, info.HTTP, time.Until(deadline))
-		if answered {
-			if err == nil {
-				res.Source, res.Via = src, "daemon-http"
-			}
-			return res, err
+		// The source is locked but its endpoints do not answer: an
+		// ingest that is starting holds the lock before it rewrites the
+		// info of the run before it (and serves from then on). Wait for
+		// it; once unlocked, no ingest runs and the direct path says so.
+		if !st.LockHeld(src) || !time.Now().Before(deadline) {
+			break
 		}
-		opts.Logger.Debug("wait-recent: no answer from the ingest's HTTP endpoint; waiting directly", "http", info.HTTP, "error", err)
+		if err := sleepCtx(ctx, min(20*time.Millisecond, time.Until(deadline))); err != nil {
+			return Result{}, fmt.Errorf("wait-recent %s: %w", src, err)
+		}
+		info, infoErr = st.ReadSourceInfo(src)
 	}
 	prober := opts.Prober
 	if prober == nil {
@@ -240,6 +250,90 @@ func Wait(ctx context.Context, st *store.Store, opts Options) (Result, error) {
 		res.Source, res.Via = src, "direct"
 	}
 	return res, err
+}
+
+// askEndpoints asks the ingest's socket, then its HTTP endpoint; answered
+// says whether one of them answered (with res or err).
+func askEndpoints(ctx context.Context, src string, info store.SourceInfo, timeout time.Duration, log *slog.Logger) (res Result, answered bool, err error) {
+	if info.Socket != "" {
+		res, answered, err = askDaemon(ctx, info.Socket, timeout)
+		if answered {
+			if err == nil {
+				res.Source, res.Via = src, "daemon"
+			}
+			return res, true, err
+		}
+		log.Debug("wait-recent: no answer from the ingest's socket", "socket", info.Socket, "error", err)
+	}
+	if info.HTTP != "" {
+		res, answered, err = askHTTP(ctx, info.HTTP, timeout)
+		if answered {
+			if err == nil {
+				res.Source, res.Via = src, "daemon-http"
+			}
+			return res, true, err
+		}
+		log.Debug("wait-recent: no answer from the ingest's HTTP endpoint", "http", info.HTTP, "error", err)
+	}
+	return Result{}, false, nil
+}
+
+// waitSource is ResolveSource, waiting until the deadline while the store
+// has no source yet (or not the collection asked for): an ingest that is
+// starting creates them.
+func waitSource(ctx context.Context, st *store.Store, opts Options, deadline time.Time) (string, error) {
+	for {
+		src, err := ResolveSource(ctx, st, opts.Source, opts.Collection)
+		if err == nil {
+			err = recorded(ctx, st, src)
+		}
+		if err == nil || !errors.Is(err, errNoSourceYet) {
+			return src, err
+		}
+		if !time.Now().Before(deadline) {
+			return "", &NotRecentError{Source: opts.Source, Reason: fmt.Sprintf("timed out after %s: %v", opts.Timeout, err)}
+		}
+		if err := sleepCtx(ctx, min(opts.Poll, time.Until(deadline))); err != nil {
+			return "", fmt.Errorf("wait-recent: %w", err)
+		}
+	}
+}
+
+// recorded fails with errNoSourceYet when the store knows nothing of src:
+// no ingest recorded it, and it has no binding.
+func recorded(ctx context.Context, st *store.Store, src string) error {
+	if _, err := st.ReadSourceInfo(src); !errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if _, err := st.Remap(ctx, src); !errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	return fmt.Errorf("wait-recent: the store %s has no source %s yet: %w", st.Dir(), src, errNoSourceYet)
+}
+
+// errNoSourceYet marks what an ingest that is starting creates: a store's
+// first source, a collection.
+var errNoSourceYet = errors.New("not in the store yet")
+
+// OpenStore opens the store in dir for a wait, waiting until timeout
+// (from started) for an ingest that is starting to create it.
+func OpenStore(ctx context.Context, dir string, started time.Time, timeout time.Duration) (*store.Store, error) {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	deadline := started.Add(timeout)
+	for {
+		st, err := store.Open(ctx, dir, store.Options{MustExist: true})
+		if err == nil || !errors.Is(err, store.ErrNoStore) {
+			return st, err
+		}
+		if !time.Now().Before(deadline) {
+			return nil, &NotRecentError{Reason: fmt.Sprintf("timed out after %s: there is no store in %s (yet)", timeout, dir)}
+		}
+		if err := sleepCtx(ctx, min(10*time.Millisecond, time.Until(deadline))); err != nil {
+			return nil, fmt.Errorf("wait-recent: %w", err)
+		}
+	}
 }
 
 // recordedProber is the direct path's prober of the upstream the ingest
@@ -271,6 +365,9 @@ func ResolveSource(ctx context.Context, st *store.Store, source, collection stri
 	}
 	if collection != "" {
 		sh, err := st.Shard(ctx, collection)
+		if errors.Is(err, store.ErrNotFound) {
+			return "", fmt.Errorf("wait-recent: collection %s is %w: %w", collection, errNoSourceYet, err)
+		}
 		if err != nil {
 			return "", fmt.Errorf("wait-recent: %w", err)
 		}
@@ -295,7 +392,7 @@ func ResolveSource(ctx context.Context, st *store.Store, source, collection stri
 	case 1:
 		return srcs[0], nil
 	case 0:
-		return "", hint.Wrap(fmt.Errorf("wait-recent: the store %s has no source yet", st.Dir()),
+		return "", hint.Wrap(fmt.Errorf("wait-recent: the store %s has no source yet: %w", st.Dir(), errNoSourceYet),
 			"start 'rtrctl ingest --store DIR ...' first")
 	}
 	return "", hint.Wrap(fmt.Errorf("wait-recent: the store %s has %d sources (%s); which one?", st.Dir(), len(srcs), strings.Join(srcs, ", ")),

@@ -34,17 +34,16 @@ func ParsePostgres(dsnStr string) (*Postgres, error) {
 			reason = reason[i+3:]
 		}
 		return nil, hint.Wrap(
-			fmt.Errorf("parse postgres dsn %q: %s: %w", dsn.MaskPG(dsnStr), dsn.Scrub(reason, passwordOf(dsnStr)), dsn.ErrMalformed),
+			fmt.Errorf("parse postgres dsn %q: %s: %w", dsn.MaskPG(dsnStr), dsn.Scrub(reason, dsn.Secrets(dsnStr)...), dsn.ErrMalformed),
 			"use postgres://user:pass@host:5432/db or \"host=... port=... user=... dbname=...\"")
 	}
-	return &Postgres{cfg: cfg}, nil
-}
-
-func passwordOf(dsnStr string) string {
-	if cfg, err := pgx.ParseConfig(dsnStr); err == nil {
-		return cfg.Password
+	if strings.Contains(cfg.Host, "@") {
+		// pgx splits userinfo at the first '@': the rest of a password
+		// holding an unescaped '@' would be taken for the host (and shown).
+		return nil, hint.Wrap(fmt.Errorf("parse postgres dsn %q: the password holds an unescaped '@': %w", dsn.MaskPG(dsnStr), dsn.ErrMalformed),
+			"write '@' in a URL's password as %40 (or use the key=value form, or PGPASSWORD)")
 	}
-	return ""
+	return &Postgres{cfg: cfg}, nil
 }
 
 // String prints the upstream as a URL without its password (and without
