@@ -46,6 +46,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	defer stop()
 
 	app := newApp(stdin, stdout, stderr)
+	if len(args) > 1 && args[len(args)-1] == completionFlag {
+		complete(app, args[1:len(args)-1], stdout)
+		return exitOK
+	}
 	err := app.RunContext(ctx, permuteArgs(app, args))
 	return exitStatus(ctx, err, stderr)
 }
@@ -182,6 +186,8 @@ Exit statuses:
 			replicateCommand(),
 			waitRecentCommand(),
 			benchCommand(),
+			helpCommand(),
+			completionCommand(),
 		},
 	}
 	for _, cmd := range app.Commands {

@@ -38,9 +38,11 @@ func readCommand() *cli.Command {
 		Usage:     "print a collection as of a time, or its changes between two times",
 		ArgsUsage: "DIR COLLECTION",
 		Description: `Prints the contents of COLLECTION (schema.table, db.table or a Kafka topic)
-in the store DIR as of a system time (milliseconds since the Unix epoch),
-consolidated: every row once per copy. By default it reads as of the latest
-complete time (the collection's upper - 1).
+in the store DIR as of a system time, consolidated: every row once per
+copy. By default it reads as of the latest complete time (the collection's
+upper - 1). System times (--as-of, --from, --to) are milliseconds since the
+Unix epoch (what wait-recent prints), RFC 3339 (2024-11-29T17:06:40Z), now,
+or a duration before now (-5m, now-1h30m).
 
 With --changes it prints the consolidated changes in (--from, --to] with
 their _time and _diff (+1 inserted, -1 deleted).
@@ -64,10 +66,12 @@ Examples:
   rtrctl replicate --source pg --publication rtr --slot s --stop-at 0/1A2B3C8 | rtrctl read - public.orders --changes
   rtrctl read ./data public.orders --as-of 1732900000000 --format csv
   rtrctl read ./data public.orders --changes --from 1732900000000 --to 1732900600000
+  rtrctl read ./data public.orders --as-of 2024-11-29T17:06:40Z
+  rtrctl read ./data public.orders --changes --from -10m
   rtrctl read ./data public.orders --format arrow | rtrctl store append ./copy
   rtrctl read ./data public.orders --recent   # everything committed upstream before this call`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "as-of", Usage: "system time to read at (default: the latest complete time)"},
+			&cli.StringFlag{Name: "as-of", Usage: "system time to read at: ms since the epoch, RFC 3339, now, or -5m (default: the latest complete time)"},
 			&cli.BoolFlag{Name: "changes", Usage: "print changes in (--from, --to] instead of contents"},
 			&cli.StringFlag{Name: "from", Usage: "with --changes: exclusive lower time (default: since)"},
 			&cli.StringFlag{Name: "to", Usage: "with --changes: inclusive upper time (default: the latest complete time)"},
@@ -128,13 +132,43 @@ func timeFlag(c *cli.Context, name string, pipeIn bool) (*uint64, error) {
 			v = uint64(l)
 		}
 	}
+	if err != nil && !pipeIn {
+		v, err = parseSystemTime(c.String(name), time.Now())
+	}
 	if err != nil {
 		if pipeIn {
 			return nil, usagef("times of a pipe are positions in its time domain: a number, or an LSN such as 0/16B3748", "bad --%s %q", name, c.String(name))
 		}
-		return nil, usagef("times are milliseconds since the Unix epoch, e.g. 1732900000000", "bad --%s %q", name, c.String(name))
+		return nil, usagef("a system time is milliseconds since the Unix epoch (1732900000000), RFC 3339 (2024-11-29T17:06:40Z, 2024-11-29T18:06:40.5+01:00), now, or relative to now (-5m, -1h30m, now-90s)",
+			"bad --%s %q: %v", name, c.String(name), err)
 	}
 	return &v, nil
+}
+
+// parseSystemTime reads a system time written as RFC 3339, "now", or a
+// duration before now ("-5m", "now-1h30m"), as milliseconds since the Unix
+// epoch. A time before the epoch is an error.
+func parseSystemTime(s string, now time.Time) (uint64, error) {
+	var t time.Time
+	switch rel, isRel := strings.CutPrefix(s, "now"); {
+	case s == "now":
+		t = now
+	case strings.HasPrefix(rel, "-") && (isRel || strings.HasPrefix(s, "-")):
+		d, err := time.ParseDuration(rel[1:])
+		if err != nil {
+			return 0, fmt.Errorf("not a duration: %w", err)
+		}
+		t = now.Add(-d)
+	default:
+		var err error
+		if t, err = time.Parse(time.RFC3339Nano, s); err != nil {
+			return 0, errors.New("neither milliseconds, RFC 3339 nor a duration before now")
+		}
+	}
+	if t.UnixMilli() < 0 {
+		return 0, errors.New("before the Unix epoch")
+	}
+	return uint64(t.UnixMilli()), nil
 }
 
 func runRead(ctx context.Context, w io.Writer, opts readOptions) error {
