@@ -348,7 +348,6 @@ func parseClock(s []byte, i int, maxHourDigits int) (us int64, next int, ok bool
 // part beyond it does not fit int64 nanoseconds.
 const maxClockHours = math.MaxInt64 / 1000 / 3_600_000_000
 
-
 // ParseTime parses time (without time zone) output, HH:MM:SS[.ffffff],
 // into microseconds since midnight (24:00:00 is 86400000000).
 func ParseTime(s []byte) (int64, error) {
