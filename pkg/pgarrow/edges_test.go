@@ -110,3 +110,15 @@ func TestParseIntervalEdges(t *testing.T) {
 		}
 	}
 }
+
+func TestDescribeRow(t *testing.T) {
+	tb := &Table{Schema: "public", Name: "t", Columns: []Column{{Name: "id"}, {Name: "ts"}, {Name: "note"}}}
+	vals := [][]byte{[]byte("5"), []byte("294276-12-31 23:59:59"), nil}
+	nulls := []bool{false, false, true}
+	if got, want := DescribeRow(tb, []int{0}, vals, nulls), "key (id)=(5)"; got != want {
+		t.Errorf("DescribeRow by key = %q, want %q", got, want)
+	}
+	if got, want := DescribeRow(tb, nil, vals, nulls), "row (id, ts, note)=(5, 294276-12-31 23:59:59, null)"; got != want {
+		t.Errorf("DescribeRow without key = %q, want %q", got, want)
+	}
+}

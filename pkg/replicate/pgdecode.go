@@ -530,7 +530,8 @@ func (d *decoder) appendTuple(r *relation, tuple, old *pglogrepl.TupleData, diff
 		size += len(vals[i])
 	}
 	if err := r.b.AppendText(vals, nulls); err != nil {
-		return d.stop(r, fmt.Sprintf("cannot convert a row of %s at %s: %v; the collection stops here", r.table.QualifiedName(), d.txnLSN, err))
+		return d.stop(r, fmt.Sprintf("cannot convert a row of %s at %s: %v; %s; the collection stops here: change the value upstream or the column's type (docs/types-postgres.md says what each type holds), then re-snapshot it",
+			r.table.QualifiedName(), d.txnLSN, err, pgarrow.DescribeRow(r.table, r.key, vals, nulls)))
 	}
 	r.diffs = append(r.diffs, diff)
 	if !r.pending {

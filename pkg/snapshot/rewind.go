@@ -39,6 +39,9 @@ func rewind(ctx context.Context, cfg Config, tables []*table, slotLSN, snapLSN f
 	}
 	r := &rewinder{cfg: cfg, sink: sink, snapLSN: snapLSN, tables: map[string]*table{}, began: began}
 	for _, tb := range tables {
+		if tb.failed.Load() {
+			continue // a definite error: none of its changes matter
+		}
 		r.tables[tb.name] = tb
 		r.rows += tb.rows
 		r.estimate += tb.tuples
