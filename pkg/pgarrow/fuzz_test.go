@@ -138,7 +138,6 @@ func FuzzParseDecimal(f *testing.F) {
 	})
 }
 
-
 func FuzzParseFloat(f *testing.F) {
 	addSeeds(f, "0", "-0", "NaN", "Infinity", "-Infinity", "5e-324", "2.2250738585072014e-308", "1.7976931348623157e+308",
 		"1e-45", "1.1754942e-38", "3.4028235e+38", "1e400", "0.1", "123456789012345678")
