@@ -592,10 +592,18 @@ func (d *decoder) release() {
 	}
 }
 
+// convertPrefix begins the definite error of a row that does not convert.
+const convertPrefix = "cannot convert a row of "
+
+// IsConversionError says whether msg, a definite error handed to a Sink,
+// is that of a row whose value does not convert (docs/types-postgres.md),
+// rather than of a change to the collection.
+func IsConversionError(msg string) bool { return strings.HasPrefix(msg, convertPrefix) }
+
 // convertMsg is the definite error of a row of r, named by row (see
 // pgarrow.DescribeRow), that does not convert at lsn.
 func convertMsg(r *relation, lsn frontier.LSN, err error, row string) string {
-	return fmt.Sprintf("cannot convert a row of %s at %s: %v; %s; the collection stops here: change the value upstream or the column's type (docs/types-postgres.md says what each type holds), then re-snapshot it",
+	return fmt.Sprintf(convertPrefix+"%s at %s: %v; %s; the collection stops here: change the value upstream or the column's type (docs/types-postgres.md says what each type holds), then re-snapshot it",
 		r.table.QualifiedName(), lsn, err, row)
 }
 

@@ -44,12 +44,16 @@ func TestSnapshotBadValueFailsItsTable(t *testing.T) {
 		CREATE TABLE badiv (id int PRIMARY KEY, iv interval);
 		ALTER TABLE badiv REPLICA IDENTITY FULL;
 		INSERT INTO badiv VALUES (1, '1 day'), (2, '2562047788 hours');
-		CREATE PUBLICATION pubbad FOR TABLE items, other, badts, sentinel, badnum, badiv`)
+		CREATE TABLE rwbad (id int PRIMARY KEY, ts timestamp);
+		ALTER TABLE rwbad REPLICA IDENTITY FULL;
+		INSERT INTO rwbad VALUES (1, '2024-01-01');
+		CREATE PUBLICATION pubbad FOR TABLE items, other, badts, sentinel, badnum, badiv, rwbad`)
 	want := map[string]string{
 		"public.badts":    "column ts: parse timestamp \"294276-12-31 23:59:59.999999\": out of range|key (id)=(1000)",
 		"public.sentinel": "column ts: parse timestamptz \"294247-01-10 04:00:54.775807+00\": out of range|row (ts, v)=(294247-01-10 04:00:54.775807+00, 2)",
 		"public.badnum":   "column n: parse numeric \"NaN\": not representable as decimal128(10,2)|key (id)=(2)",
 		"public.badiv":    "column iv: parse interval \"2562047788:00:00\": out of range|key (id)=(2)",
+		"public.rwbad":    "rewind|column ts: parse timestamp \"294276-12-31 23:59:59.999999\": out of range|row (id, ts)=(9, 294276-12-31 23:59:59.999999)",
 	}
 	for _, format := range []string{"auto", "text"} {
 		t.Run(format, func(t *testing.T) {
@@ -61,6 +65,9 @@ func TestSnapshotBadValueFailsItsTable(t *testing.T) {
 			// failed table, one to a good one.
 			mustExec(t, conn, "UPDATE badts SET note = 'x' WHERE id = 1; UPDATE items SET v = 'rw' WHERE id = 1")
 			defer mustExec(t, conn, "UPDATE badts SET note = 'n1' WHERE id = 1")
+			// A value the rewind meets but the copy does not see.
+			mustExec(t, conn, "INSERT INTO rwbad VALUES (9, '294276-12-31 23:59:59.999999'); UPDATE rwbad SET ts = '2024-01-02' WHERE id = 9")
+			defer mustExec(t, conn, "DELETE FROM rwbad WHERE id = 9")
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
 			sink := &errSink{memSink: newMemSink(), errs: map[string][]string{}, at: map[string]frontier.Time{}}
@@ -71,7 +78,6 @@ func TestSnapshotBadValueFailsItsTable(t *testing.T) {
 			}
 			for coll, parts := range want {
 				msgs := sink.errs[coll]
-				t.Logf("%s: %q", coll, msgs)
 				if len(msgs) != 1 {
 					t.Errorf("%s: errors %q, want one", coll, msgs)
 					continue

@@ -216,6 +216,16 @@ func (r *rewinder) Error(collection string, t frontier.Time, msg string) error {
 	if tb == nil || !inSnapshot(uint64(at), r.snapLSN) {
 		return nil
 	}
+	if replicate.IsConversionError(msg) {
+		// A value Arrow cannot hold in a change inside the snapshot: the
+		// table fails from the snapshot's time on, like one the copy
+		// cannot convert; the rewind goes on for the others.
+		tb.failed.Store(true)
+		tb.errMsg = "snapshot: rewind: " + msg
+		delete(r.tables, collection)
+		r.cfg.Logger.Error("snapshot: a row does not convert; its collection has a definite error, the others go on", "collection", tb.name, "error", tb.errMsg)
+		return r.sink.Error(collection, frontier.Time{}, tb.errMsg)
+	}
 	err := fmt.Errorf("rewind %s: %w: at %s: %s", tb.name, ErrRewind, at, msg)
 	if r.states[tb.name] != nil {
 		err = hint.Wrap(err, fmt.Sprintf("the slot %s started before the copy, and changes in between to rows of %s older than the slot cannot be taken back without REPLICA IDENTITY FULL: drop the slot (SELECT pg_drop_replication_slot('%s');) and snapshot into a new store, or set REPLICA IDENTITY FULL on %s before the slot is created",
