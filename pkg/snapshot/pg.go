@@ -533,7 +533,7 @@ func copyWorker(ctx context.Context, conn *pgx.Conn, cfg Config, queue <-chan ta
 				return err
 			}
 			if bad != nil {
-				if err := failTable(ctx, conn, c, diagnoseBinary(ctx, conn, k, bad)); err != nil {
+				if err := failTable(ctx, c, diagnoseBinary(ctx, conn, k, bad)); err != nil {
 					return err
 				}
 			}
@@ -558,7 +558,7 @@ func copyWorker(ctx context.Context, conn *pgx.Conn, cfg Config, queue <-chan ta
 			rb.Release()
 			delete(builders, k.tb)
 			if c.bad != nil {
-				if err := failTable(ctx, conn, c, badRowMessage(ctx, conn, k.tb, c.bad)); err != nil {
+				if err := failTable(ctx, c, badRowMessage(ctx, conn, k.tb, c.bad)); err != nil {
 					return err
 				}
 			}
@@ -576,7 +576,7 @@ func copyWorker(ctx context.Context, conn *pgx.Conn, cfg Config, queue <-chan ta
 }
 
 // failTable hands the table's definite error msg to the sink goroutine.
-func failTable(ctx context.Context, conn *pgx.Conn, c *copier, msg string) error {
+func failTable(ctx context.Context, c *copier, msg string) error {
 	select {
 	case c.out <- batch{tb: c.tb, err: msg}:
 		return nil
@@ -590,10 +590,13 @@ func failTable(ctx context.Context, conn *pgx.Conn, c *copier, msg string) error
 // row by its key (the primary key, or the replica identity's) or, without
 // one, by all its values.
 func badRowMessage(ctx context.Context, conn *pgx.Conn, tb *table, b *badRow) string {
-	return fmt.Sprintf("snapshot: cannot convert a row of %s: %v; %s; the collection has this definite error from the snapshot on: "+
-		"change the value upstream or the column's type (docs/types-postgres.md says what each type holds), then re-snapshot it",
-		tb.name, b.err, pgarrow.DescribeRow(tb.t, keyColumns(ctx, conn, tb), b.vals, b.nulls))
+	return fmt.Sprintf("snapshot: cannot convert a row of %s: %v; %s; %s", tb.name, b.err,
+		pgarrow.DescribeRow(tb.t, keyColumns(ctx, conn, tb), b.vals, b.nulls), badRowFix)
 }
+
+// badRowFix ends the error of a row that does not convert.
+const badRowFix = "the collection has this definite error from the snapshot on: " +
+	"change the value upstream or the column's type (docs/types-postgres.md says what each type holds), then re-snapshot it"
 
 // keyColumns returns the indexes of tb's key columns: its replica identity
 // key when it is not FULL, else its primary key; nil when it has neither
@@ -625,8 +628,7 @@ func keyColumns(ctx context.Context, conn *pgx.Conn, tb *table) []int {
 // the same rows in COPY text, on the same snapshot, go through the text
 // parser, which refuses the same values, until the first that fails.
 func diagnoseBinary(ctx context.Context, conn *pgx.Conn, k task, bad error) string {
-	fallback := fmt.Sprintf("snapshot: cannot convert a row of %s: %v; the collection has this definite error from the snapshot on: "+
-		"change the value upstream or the column's type (docs/types-postgres.md says what each type holds), then re-snapshot it", k.tb.name, bad)
+	fallback := fmt.Sprintf("snapshot: cannot convert a row of %s: %v; %s", k.tb.name, bad, badRowFix)
 	rb, err := pgarrow.NewRowBuilder(memory.DefaultAllocator, k.tb.t)
 	if err != nil {
 		return fallback
