@@ -47,9 +47,11 @@ or a duration before now (-5m, now-1h30m).
 With --changes it prints the consolidated changes in (--from, --to] with
 their _time and _diff (+1 inserted, -1 deleted).
 
-Formats: table (aligned, NULL for nulls), csv (header row of column names),
-json (one object per row), arrow (the pipe format, to pipe onward: as-of
-reads carry _time = the read time and _diff = the multiplicity).
+Formats: table (aligned, NULL for nulls, control characters escaped as
+\t \n), csv (header row of column names), json (one object per row; float
+NaN and infinities as strings), arrow (the pipe format, to pipe onward:
+as-of reads carry _time = the read time and _diff = the multiplicity).
+Values print as PostgreSQL prints them (11.00, 24:00:00, infinity).
 
 DIR "-" reads the pipe format on stdin instead of a store: the output of a
 stage (snapshot, replicate, reclock). The data streams of COLLECTION are

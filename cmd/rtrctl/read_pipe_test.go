@@ -20,8 +20,8 @@ import (
 // lines sorted, header first.
 func itemsCSV(t *testing.T, conn *pgx.Conn) string {
 	t.Helper()
-	rows, err := conn.Query(t.Context(), `SELECT id || ',' || name || ',' || trim_scale(price)::text || ',' ||
-		to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || 'Z' FROM items`)
+	rows, err := conn.Query(t.Context(), `SELECT id || ',' || name || ',' || price::text || ',' ||
+		to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || '+00' FROM items`)
 	if err != nil {
 		t.Fatal(err)
 	}

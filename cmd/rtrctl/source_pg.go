@@ -152,6 +152,9 @@ func runSnapshot(ctx context.Context, w io.Writer, opts snapshotOptions) error {
 			fmt.Fprintf(e, " in %d ctid ranges", t.Ranges)
 		}
 		fmt.Fprintf(e, ", %d changes rewound\n", t.Rewound)
+		if t.Error != "" {
+			fmt.Fprintf(e, "  %s: definite error (the other tables are unaffected): %s\n", t.Name, t.Error)
+		}
 	}
 	fmt.Fprintf(e, "snapshot: %d tables, %d rows, %d changes rewound to %s, in %s\n",
 		len(res.Tables), res.Rows(), res.Rewound(), res.SlotLSN, time.Since(began).Round(time.Millisecond))

@@ -1,5 +1,6 @@
 // Package render prints Arrow records for people and scripts: an aligned
-// table, CSV with a header row, or JSON Lines. It is presentation only.
+// table, CSV with a header row, or JSON Lines. It is presentation only:
+// values print in PostgreSQL's output forms (values.go).
 package render
 
 import (
@@ -57,10 +58,36 @@ func Value(col arrow.Array, i int) string {
 	case *array.FixedSizeBinary:
 		return fmt.Sprintf("\\x%x", c.Value(i))
 	case *array.Timestamp:
-		unit := c.DataType().(*arrow.TimestampType).Unit
-		return c.Value(i).ToTime(unit).Format("2006-01-02 15:04:05.999999999Z07:00")
+		return timestamp(int64(c.Value(i)), c.DataType().(*arrow.TimestampType))
 	case *array.Date32:
-		return c.Value(i).ToTime().Format("2006-01-02")
+		switch v := c.Value(i); v {
+		case dateInfinity:
+			return "infinity"
+		case dateNegInfinity:
+			return "-infinity"
+		default:
+			d, bc := date(int64(v))
+			return d + bc
+		}
+	case *array.Time64:
+		return clock(uint64(c.Value(i)), c.DataType().(*arrow.Time64Type).Unit)
+	case *array.Time32:
+		return clock(uint64(c.Value(i)), c.DataType().(*arrow.Time32Type).Unit)
+	case *array.Float32:
+		return formatFloat(float64(c.Value(i)), 32)
+	case *array.Float64:
+		return formatFloat(c.Value(i), 64)
+	case *array.Decimal128:
+		return c.Value(i).ToString(c.DataType().(*arrow.Decimal128Type).Scale)
+	case *array.Decimal256:
+		return c.Value(i).ToString(c.DataType().(*arrow.Decimal256Type).Scale)
+	case *array.MonthDayNanoInterval:
+		v := c.Value(i)
+		return interval(v.Months, v.Days, v.Nanoseconds)
+	case *array.List:
+		return arrayLiteral(c, i)
+	case *array.LargeList:
+		return arrayLiteral(c, i)
 	}
 	return col.ValueStr(i)
 }
@@ -79,7 +106,7 @@ func table(w io.Writer, rec arrow.Record, repeat func(int) int64) error {
 			if rec.Column(j).IsNull(i) {
 				row[j] = "NULL"
 			} else {
-				row[j] = strings.ReplaceAll(Value(rec.Column(j), i), "\n", `\n`)
+				row[j] = tableCell(Value(rec.Column(j), i))
 			}
 		}
 		for k := int64(0); k < times(repeat, i); k++ {
@@ -140,7 +167,7 @@ func jsonRows(w io.Writer, rec arrow.Record, repeat func(int) int64) error {
 	for i := 0; i < int(rec.NumRows()); i++ {
 		obj := make(orderedRow, n)
 		for j := 0; j < n; j++ {
-			obj[j] = kv{rec.ColumnName(j), rec.Column(j).GetOneForMarshal(i)}
+			obj[j] = kv{rec.ColumnName(j), jsonValue(rec.Column(j), i)}
 		}
 		for k := int64(0); k < times(repeat, i); k++ {
 			if err := enc.Encode(obj); err != nil {

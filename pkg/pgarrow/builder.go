@@ -189,3 +189,34 @@ func GoValue(arr arrow.Array, i int) any {
 	}
 	return arr.ValueStr(i)
 }
+
+// DescribeRow names a row in an error message the way PostgreSQL's own
+// messages do: "key (id)=(5)" by the columns key (indexes into t's
+// columns), or "row (a, b)=(1, x)" by every column when key is empty or
+// holds them all. values and isNull are the row's text forms, as
+// AppendText takes them; each value is cut to 64 bytes.
+func DescribeRow(t *Table, key []int, values [][]byte, isNull []bool) string {
+	what := "key"
+	if len(key) == 0 || len(key) == len(t.Columns) {
+		what, key = "row", nil
+		for i := range t.Columns {
+			key = append(key, i)
+		}
+	}
+	var names, vals []byte
+	for j, i := range key {
+		if i < 0 || i >= len(t.Columns) || i >= len(values) {
+			continue
+		}
+		if j > 0 {
+			names, vals = append(names, ", "...), append(vals, ", "...)
+		}
+		names = append(names, t.Columns[i].Name...)
+		if isNull != nil && isNull[i] {
+			vals = append(vals, "null"...)
+		} else {
+			vals = append(vals, clip(values[i])...)
+		}
+	}
+	return fmt.Sprintf("%s (%s)=(%s)", what, names, vals)
+}

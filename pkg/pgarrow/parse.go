@@ -336,11 +336,17 @@ func parseClock(s []byte, i int, maxHourDigits int) (us int64, next int, ok bool
 		}
 		i = j
 	}
-	if h > math.MaxInt64/3_600_000_000-1 {
-		return 0, 0, false
+	if h > maxClockHours {
+		// Beyond what any mapped type holds (interval: maxClockHours);
+		// the caller tells it from a syntax error by errClockRange.
+		return -1, i, false
 	}
 	return ((h*60+mi)*60+sec)*usPerSec + frac, i, true
 }
+
+// maxClockHours is the most hours parseClock returns: an interval's time
+// part beyond it does not fit int64 nanoseconds.
+const maxClockHours = math.MaxInt64 / 1000 / 3_600_000_000
 
 // ParseTime parses time (without time zone) output, HH:MM:SS[.ffffff],
 // into microseconds since midnight (24:00:00 is 86400000000).
@@ -416,11 +422,36 @@ func parseTimestamp(s []byte, tz bool) (int64, error) {
 	if bc {
 		y = 1 - y
 	}
-	days := daysFromCivil(y, m, d)
-	if days > math.MaxInt64/usPerDay-1 || days < math.MinInt64/usPerDay+1 {
-		return 0, fmt.Errorf("parse %s %q: out of range", kind, s)
+	us, ok := timestampMicros(daysFromCivil(y, m, d), clock, off)
+	if !ok {
+		return 0, fmt.Errorf("parse %s %q: %w", kind, s, ErrTimestampRange)
 	}
-	return days*usPerDay + clock - off*usPerSec, nil
+	return us, nil
+}
+
+// ErrTimestampRange is wrapped by the timestamp parsers for a finite value
+// that Arrow's timestamp[us] cannot hold: one after 294247-01-10
+// 04:00:54.775806 UTC (int64 microseconds, whose maximum is
+// TimestampInfinity). PostgreSQL's own range goes on to 294276 AD.
+var ErrTimestampRange = errors.New("out of range of timestamp[us] (the latest finite value it holds is 294247-01-10 04:00:54.775806 UTC)")
+
+// timestampMicros is days*usPerDay + clock - off seconds, when that is a
+// finite value strictly between the sentinels.
+func timestampMicros(days, clock, off int64) (int64, bool) {
+	const maxDays = math.MaxInt64 / usPerDay
+	if days > maxDays || days < -maxDays {
+		return 0, false
+	}
+	us := days * usPerDay
+	r := clock - off*usPerSec // |r| < 2 days
+	if (r > 0 && us > math.MaxInt64-r) || (r < 0 && us < math.MinInt64-r) {
+		return 0, false
+	}
+	us += r
+	if us == TimestampInfinity || us == TimestampNegInfinity {
+		return 0, false
+	}
+	return us, true
 }
 
 // ParseInterval parses interval output in the postgres IntervalStyle
@@ -453,6 +484,9 @@ func ParseInterval(s []byte) (arrow.MonthDayNanoInterval, error) {
 		}
 		if k < len(s) && s[k] == ':' {
 			c, e, ok := parseClock(s, j, 18)
+			if !ok && c == -1 {
+				return out, fmt.Errorf("parse interval %q: %w", clip(s), ErrIntervalRange)
+			}
 			if !ok {
 				return out, syntaxErr("interval", s)
 			}
@@ -481,12 +515,21 @@ func ParseInterval(s []byte) (arrow.MonthDayNanoInterval, error) {
 		}
 		i = e
 	}
-	if !any || months > math.MaxInt32 || months < math.MinInt32 || days > math.MaxInt32 || days < math.MinInt32 ||
-		us > math.MaxInt64/1000 || us < math.MinInt64/1000 {
+	if !any {
 		return out, syntaxErr("interval", s)
+	}
+	if months > math.MaxInt32 || months < math.MinInt32 || days > math.MaxInt32 || days < math.MinInt32 ||
+		us > math.MaxInt64/1000 || us < math.MinInt64/1000 {
+		return out, fmt.Errorf("parse interval %q: %w", clip(s), ErrIntervalRange)
 	}
 	return arrow.MonthDayNanoInterval{Months: int32(months), Days: int32(days), Nanoseconds: us * 1000}, nil
 }
+
+// ErrIntervalRange is wrapped by ParseInterval for an interval whose time
+// part does not fit month_day_nano_interval's int64 nanoseconds (beyond
+// ±2562047:47:16.854775, about 292 years; PostgreSQL keeps microseconds
+// and goes on to ±2562047788 hours).
+var ErrIntervalRange = errors.New("out of range of month_day_nano_interval (the time part holds at most ±2562047:47:16.854775)")
 
 // ArrayElem is one element of a parsed array literal.
 type ArrayElem struct {

@@ -509,28 +509,23 @@ func (d *decoder) appendTuple(r *relation, tuple, old *pglogrepl.TupleData, diff
 		}
 		return fmt.Errorf("pgoutput: a row of %s has %d columns, its relation %d", r.table.QualifiedName(), got, n)
 	}
-	vals := make([][]byte, n)
-	nulls := make([]bool, n)
-	size := 0
-	for i, c := range tuple.Columns {
-		switch c.DataType {
-		case pglogrepl.TupleDataTypeText:
-			vals[i] = c.Data
-		case pglogrepl.TupleDataTypeNull:
-			nulls[i] = true
-		case pglogrepl.TupleDataTypeToast:
-			if old == nil || old.Columns[i].DataType != pglogrepl.TupleDataTypeText {
-				return d.stop(r, fmt.Sprintf("an unchanged TOASTed value of column %s of %s at %s came without its old value; the collection stops here: run ALTER TABLE %s REPLICA IDENTITY FULL and re-snapshot it",
-					r.table.Columns[i].Name, r.table.QualifiedName(), d.txnLSN, r.table.QuotedName()))
-			}
-			vals[i] = old.Columns[i].Data
-		default:
-			return fmt.Errorf("pgoutput: column %s of %s in unexpected format %q", r.table.Columns[i].Name, r.table.QualifiedName(), c.DataType)
+	vals, nulls, toast, bad := tupleTexts(tuple)
+	if bad >= 0 {
+		return fmt.Errorf("pgoutput: column %s of %s in unexpected format %q", r.table.Columns[bad].Name, r.table.QualifiedName(), tuple.Columns[bad].DataType)
+	}
+	for _, i := range toast {
+		if old == nil || old.Columns[i].DataType != pglogrepl.TupleDataTypeText {
+			return d.stop(r, fmt.Sprintf("an unchanged TOASTed value of column %s of %s at %s came without its old value; the collection stops here: run ALTER TABLE %s REPLICA IDENTITY FULL and re-snapshot it",
+				r.table.Columns[i].Name, r.table.QualifiedName(), d.txnLSN, r.table.QuotedName()))
 		}
-		size += len(vals[i])
+		vals[i] = old.Columns[i].Data
+	}
+	size := 0
+	for _, v := range vals {
+		size += len(v)
 	}
 	if err := r.b.AppendText(vals, nulls); err != nil {
-		return d.stop(r, fmt.Sprintf("cannot convert a row of %s at %s: %v; the collection stops here", r.table.QualifiedName(), d.txnLSN, err))
+		return d.stop(r, convertMsg(r, d.txnLSN, err, pgarrow.DescribeRow(r.table, r.key, vals, nulls)))
 	}
 	r.diffs = append(r.diffs, diff)
 	if !r.pending {
@@ -595,4 +590,50 @@ func (d *decoder) release() {
 			r.b.Release()
 		}
 	}
+}
+
+// convertPrefix begins the definite error of a row that does not convert.
+const convertPrefix = "cannot convert a row of "
+
+// IsConversionError says whether msg, a definite error handed to a Sink,
+// is that of a row whose value does not convert (docs/types-postgres.md),
+// rather than of a change to the collection.
+func IsConversionError(msg string) bool { return strings.HasPrefix(msg, convertPrefix) }
+
+// convertMsg is the definite error of a row of r, named by row (see
+// pgarrow.DescribeRow), that does not convert at lsn.
+func convertMsg(r *relation, lsn frontier.LSN, err error, row string) string {
+	return fmt.Sprintf(convertPrefix+"%s at %s: %v; %s; the collection stops here: change the value upstream or the column's type (docs/types-postgres.md says what each type holds), then re-snapshot it",
+		r.table.QualifiedName(), lsn, err, row)
+}
+
+// tupleTexts splits a pgoutput row into its columns' text forms and
+// nulls. Unchanged TOASTed values are left nil and listed in toast; bad is
+// the first column in another format, -1 when there is none.
+func tupleTexts(tuple *pglogrepl.TupleData) (vals [][]byte, nulls []bool, toast []int, bad int) {
+	vals, nulls, bad = make([][]byte, len(tuple.Columns)), make([]bool, len(tuple.Columns)), -1
+	for i, c := range tuple.Columns {
+		switch c.DataType {
+		case pglogrepl.TupleDataTypeText:
+			vals[i] = c.Data
+		case pglogrepl.TupleDataTypeNull:
+			nulls[i] = true
+		case pglogrepl.TupleDataTypeToast:
+			toast = append(toast, i)
+		default:
+			if bad < 0 {
+				bad = i
+			}
+		}
+	}
+	return vals, nulls, toast, bad
+}
+
+// describeTuple names a pgoutput row of r by its replica identity key.
+func describeTuple(r *relation, tuple *pglogrepl.TupleData) string {
+	vals, nulls, toast, _ := tupleTexts(tuple)
+	for _, i := range toast {
+		vals[i] = []byte("(unchanged)")
+	}
+	return pgarrow.DescribeRow(r.table, r.key, vals, nulls)
 }

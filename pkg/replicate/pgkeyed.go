@@ -142,7 +142,7 @@ func (d *decoder) encodeTuple(r *relation, tuple *pglogrepl.TupleData, prev, wha
 		case pglogrepl.TupleDataTypeText, pglogrepl.TupleDataTypeNull:
 			row, err = st.codec.AppendText(row, i, c.Data, c.DataType == pglogrepl.TupleDataTypeNull)
 			if err != nil {
-				return nil, fmt.Sprintf("cannot convert a row of %s at %s: %v; the collection stops here", r.table.QualifiedName(), d.txnLSN, err), nil
+				return nil, convertMsg(r, d.txnLSN, err, describeTuple(r, tuple)), nil
 			}
 		case pglogrepl.TupleDataTypeToast:
 			if prev == "" {

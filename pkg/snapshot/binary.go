@@ -173,8 +173,9 @@ func binaryDecoder(oid uint32) (binDecoder, arrow.DataType) {
 			}
 			us := int64(be.Uint64(v))
 			if us != pgarrow.TimestampInfinity && us != pgarrow.TimestampNegInfinity {
-				if us > math.MaxInt64-pgEpochMicros {
-					return fmt.Errorf("timestamp %d microseconds after 2000-01-01: out of range", us)
+				// int64 max is the infinity sentinel, not a finite value.
+				if us >= math.MaxInt64-pgEpochMicros {
+					return fmt.Errorf("timestamp %d microseconds after 2000-01-01: %w", us, pgarrow.ErrTimestampRange)
 				}
 				us += pgEpochMicros
 			}
@@ -201,6 +202,17 @@ type binCopier struct {
 	buf     []byte // bytes not yet decoded
 	header  bool   // the file header has been read
 	trailer bool   // the trailer (-1 field count) has been read
+	// bad is the first value that failed to convert (out of the Arrow
+	// type's range); the rest of the output is then ignored.
+	bad error
+}
+
+// discard drops the rows decoded so far (the last one maybe partly).
+func (c *binCopier) discard() {
+	for _, b := range c.bld {
+		b.NewArray().Release()
+	}
+	c.rows, c.bytes = 0, 0
 }
 
 func newBinCopier(base *copier, mem memory.Allocator, decs []binDecoder) *binCopier {
@@ -220,6 +232,9 @@ func (c *binCopier) release() {
 
 // Write decodes every complete tuple in what has arrived so far.
 func (c *binCopier) Write(p []byte) (int, error) {
+	if c.bad != nil || c.base.tb.failed.Load() {
+		return len(p), nil
+	}
 	data := p
 	if len(c.buf) > 0 {
 		c.buf = append(c.buf, p...)
@@ -295,6 +310,11 @@ func (c *binCopier) decode(data []byte) (int, error) {
 				continue
 			}
 			if err := c.decs[i](c.bld[i], data[q:q+l]); err != nil {
+				if errors.Is(err, pgarrow.ErrTimestampRange) {
+					c.bad = fmt.Errorf("row %d, column %s: %w", c.base.lineNo+1, c.base.tb.t.Columns[i].Name, err)
+					c.base.tb.failed.Store(true)
+					return len(data), nil
+				}
 				return 0, fmt.Errorf("row %d, column %s: %w", c.base.lineNo+1, c.base.tb.t.Columns[i].Name, err)
 			}
 			q += l
@@ -328,6 +348,10 @@ func (c *binCopier) flush() error {
 
 // finish checks that the stream ended cleanly and sends the last rows.
 func (c *binCopier) finish() error {
+	if c.bad != nil || c.base.tb.failed.Load() {
+		c.discard()
+		return nil
+	}
 	if !c.trailer || len(c.buf) > 0 {
 		return fmt.Errorf("copy %s: %w: the output ends inside a tuple or without its trailer", c.base.tb.name, errBinary)
 	}

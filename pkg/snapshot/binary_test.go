@@ -1,9 +1,12 @@
 package snapshot
 
 import (
+	"encoding/binary"
 	"errors"
+	"math"
 	"testing"
 
+	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
@@ -33,7 +36,9 @@ func TestBinaryMatchesText(t *testing.T) {
 			(true, 0, 0, 0, 1, '-0', '-0', 'x', 'y', 'z', 'n', '[]', '\x5c0a09', '0044-03-15 BC', '23:59:59.999999',
 			 '1999-12-31 23:59:59.5 BC', '1970-01-01 00:00:00+00', 3),
 			(NULL, NULL, NULL, NULL, NULL, NULL, 1e-300, NULL, NULL, NULL, NULL, NULL, NULL, '1970-01-01', NULL,
-			 '2000-01-01 00:00:00', '2000-01-01 00:00:00+00', NULL);
+			 '2000-01-01 00:00:00', '2000-01-01 00:00:00+00', NULL),
+			(NULL, NULL, NULL, NULL, NULL, '1e-45', '5e-324', NULL, NULL, NULL, NULL, NULL, NULL, '5874897-12-31', '00:00:00.000001',
+			 '294247-01-10 04:00:54.775806', '4714-11-24 00:00:00+00 BC', NULL);
 		CREATE TABLE texty (n numeric(10, 2), u uuid, a int[], i interval);
 		ALTER TABLE texty REPLICA IDENTITY FULL;
 		INSERT INTO texty VALUES (1.25, 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{1,NULL,3}', '1 day 02:00:00'), (NULL, NULL, NULL, NULL);
@@ -54,7 +59,7 @@ func TestBinaryMatchesText(t *testing.T) {
 		}
 	}
 	for _, coll := range []string{"public.types", "public.texty"} {
-		if len(sa.rows[coll]) != map[string]int{"public.types": 5, "public.texty": 2}[coll] {
+		if len(sa.rows[coll]) != map[string]int{"public.types": 6, "public.texty": 2}[coll] {
 			t.Errorf("%s: %d rows: %v", coll, len(sa.rows[coll]), sa.rows[coll])
 		}
 		if d := diffRows(sa.rows[coll], st.rows[coll]); d != "" {
@@ -121,4 +126,40 @@ func FuzzBinaryDecode(f *testing.F) {
 			b.rec.Release()
 		}
 	})
+}
+
+// The binary timestamp decoder refuses the values the text parser
+// refuses: the last finite microsecond before int64's end is kept, the
+// next one (which would be the infinity sentinel) and later are range
+// errors; PostgreSQL's own infinities map to the sentinels.
+func TestBinaryTimestampEdges(t *testing.T) {
+	dec, _ := binaryDecoder(pgarrow.OIDTimestamp)
+	for _, tc := range []struct {
+		pg   int64 // microseconds since 2000-01-01
+		want int64
+		err  bool
+	}{
+		{math.MaxInt64 - pgEpochMicros - 1, math.MaxInt64 - 1, false},
+		{math.MaxInt64 - pgEpochMicros, 0, true},
+		{math.MaxInt64 - 1, 0, true},
+		{math.MaxInt64, pgarrow.TimestampInfinity, false},
+		{math.MinInt64, pgarrow.TimestampNegInfinity, false},
+		{-211813488000000000, -211813488000000000 + pgEpochMicros, false}, // 4714-11-24 BC
+	} {
+		b := array.NewTimestampBuilder(memory.DefaultAllocator, &arrow.TimestampType{Unit: arrow.Microsecond})
+		v := binary.BigEndian.AppendUint64(nil, uint64(tc.pg))
+		err := dec(b, v)
+		if tc.err {
+			if !errors.Is(err, pgarrow.ErrTimestampRange) || b.Len() != 0 {
+				t.Errorf("decode %d: %v with %d values, want a range error", tc.pg, err, b.Len())
+			}
+		} else {
+			a := b.NewTimestampArray()
+			if err != nil || a.Len() != 1 || int64(a.Value(0)) != tc.want {
+				t.Errorf("decode %d: %v, %v; want %d", tc.pg, a, err, tc.want)
+			}
+			a.Release()
+		}
+		b.Release()
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
@@ -31,6 +32,10 @@ type table struct {
 	colsSQL  string        // quoted column list
 	decs     []binDecoder  // binary COPY decoders; nil: COPY text
 	key      []string      // replica identity key when not FULL (Config.KeyedIdentity)
+	// failed is set when a row failed to convert: the table has a definite
+	// error (sent once, as a batch with err), and its copy stops.
+	failed atomic.Bool
+	errMsg string // the error, once the sink has it (sink goroutine only)
 }
 
 // task is one COPY: a whole table, or the ctid range of heap pages
@@ -88,10 +93,12 @@ func columnList(t *pgarrow.Table) string {
 	return strings.Join(names, ", ")
 }
 
-// batch is a record of copied rows of one table, ready for the sink.
+// batch is a record of copied rows of one table, ready for the sink, or
+// (err set, rec nil) the table's definite error.
 type batch struct {
 	tb  *table
 	rec arrow.Record
+	err string
 }
 
 // constants holds the _time (all 0) and _diff (all +1) buffers shared by
@@ -133,12 +140,33 @@ type copier struct {
 	partial []byte // an incomplete line carried over to the next Write
 	bytes   int    // text bytes in the builder
 	lineNo  int64
+	// bad is the first row that failed to convert; the rest of the
+	// output is then ignored (the COPY runs to its end, so that the
+	// connection stays usable for the other tables).
+	bad *badRow
+	// diagnose only looks for a bad row (the text copy that names the row
+	// a binary copy failed on): it sends nothing.
+	diagnose bool
 }
+
+// badRow is a row that failed to convert.
+type badRow struct {
+	line  int64
+	err   error
+	vals  [][]byte
+	nulls []bool
+}
+
+// stopped says whether the rest of the output is to be ignored.
+func (c *copier) stopped() bool { return c.bad != nil || c.tb.failed.Load() }
 
 // Write parses every complete line of p. The server sends one row per
 // CopyData message, but nothing here depends on it.
 func (c *copier) Write(p []byte) (int, error) {
 	n := len(p)
+	if c.stopped() {
+		return n, nil
+	}
 	if len(c.partial) > 0 {
 		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
@@ -167,15 +195,28 @@ func (c *copier) Write(p []byte) (int, error) {
 }
 
 func (c *copier) line(l []byte) error {
+	if c.stopped() {
+		return nil
+	}
 	c.lineNo++
 	if err := c.row.split(l, len(c.tb.t.Columns)); err != nil {
 		return fmt.Errorf("copy %s: row %d: %w", c.tb.name, c.lineNo, err)
 	}
 	if err := c.rb.AppendText(c.row.vals, c.row.nulls); err != nil {
-		return fmt.Errorf("copy %s: row %d: %w", c.tb.name, c.lineNo, err)
+		// The row's value has no Arrow form: the table fails, not the
+		// snapshot.
+		b := &badRow{line: c.lineNo, err: err, nulls: append([]bool(nil), c.row.nulls...)}
+		for _, v := range c.row.vals {
+			b.vals = append(b.vals, append([]byte(nil), v...))
+		}
+		c.bad = b
+		if !c.diagnose {
+			c.tb.failed.Store(true)
+		}
+		return nil
 	}
 	c.bytes += len(l)
-	if c.rb.Len() >= c.maxRows || c.bytes >= c.maxBytes {
+	if !c.diagnose && (c.rb.Len() >= c.maxRows || c.bytes >= c.maxBytes) {
 		return c.flush()
 	}
 	return nil

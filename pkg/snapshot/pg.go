@@ -128,6 +128,10 @@ type TableResult struct {
 	Ranges int
 	// Format is the COPY format used: "binary" or "text".
 	Format string
+	// Error is the table's definite error (handed to the Sink at time 0)
+	// when a row of it does not convert (docs/types-postgres.md); the
+	// other tables are unaffected.
+	Error string
 }
 
 // Rows is the number of rows copied over all tables.
@@ -261,7 +265,7 @@ func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 		if tb.decs != nil {
 			format = "binary"
 		}
-		res.Tables = append(res.Tables, TableResult{Name: tb.name, Rows: tb.rows, Rewound: tb.rewound, Ranges: tb.ranges, Format: format})
+		res.Tables = append(res.Tables, TableResult{Name: tb.name, Rows: tb.rows, Rewound: tb.rewound, Ranges: tb.ranges, Format: format, Error: tb.errMsg})
 	}
 	return res, nil
 }
@@ -461,7 +465,15 @@ func copyTables(ctx context.Context, cfg Config, tables []*table, sink pipe.Sink
 	var rows int64
 	var serr error
 	for b := range out {
-		if serr == nil {
+		if serr == nil && b.err != "" {
+			if b.tb.errMsg == "" {
+				b.tb.errMsg = b.err
+				cfg.Logger.Error("snapshot: a row does not convert; its collection has a definite error, the others go on", "collection", b.tb.name, "error", b.err)
+				serr = sink.Error(b.tb.name, frontier.Time{}, b.err)
+			}
+			continue
+		}
+		if serr == nil && !b.tb.failed.Load() {
 			n := b.rec.NumRows()
 			serr = sink.Data(b.tb.name, b.rec)
 			b.tb.rows += n
@@ -499,6 +511,9 @@ func copyWorker(ctx context.Context, conn *pgx.Conn, cfg Config, queue <-chan ta
 		}
 	}()
 	for k := range queue {
+		if k.tb.failed.Load() {
+			continue
+		}
 		c := &copier{ctx: ctx, tb: k.tb, consts: consts, out: out, maxRows: cfg.BatchRows, maxBytes: cfg.BatchBytes}
 		if k.tb.decs != nil {
 			bc := bins[k.tb]
@@ -513,8 +528,14 @@ func copyWorker(ctx context.Context, conn *pgx.Conn, cfg Config, queue <-chan ta
 				}
 				return fmt.Errorf("copy %s: %w", k.tb.name, err)
 			}
+			bad := bc.bad
 			if err := bc.finish(); err != nil {
 				return err
+			}
+			if bad != nil {
+				if err := failTable(ctx, c, diagnoseBinary(ctx, conn, k, bad)); err != nil {
+					return err
+				}
 			}
 			continue
 		}
@@ -533,6 +554,16 @@ func copyWorker(ctx context.Context, conn *pgx.Conn, cfg Config, queue <-chan ta
 			}
 			return fmt.Errorf("copy %s: %w", k.tb.name, err)
 		}
+		if c.stopped() {
+			rb.Release()
+			delete(builders, k.tb)
+			if c.bad != nil {
+				if err := failTable(ctx, c, badRowMessage(ctx, conn, k.tb, c.bad)); err != nil {
+					return err
+				}
+			}
+			continue
+		}
 		if err := c.flush(); err != nil {
 			return err
 		}
@@ -542,4 +573,87 @@ func copyWorker(ctx context.Context, conn *pgx.Conn, cfg Config, queue <-chan ta
 		return fmt.Errorf("end copy transaction: %w", err)
 	}
 	return nil
+}
+
+// failTable hands the table's definite error msg to the sink goroutine.
+func failTable(ctx context.Context, c *copier, msg string) error {
+	select {
+	case c.out <- batch{tb: c.tb, err: msg}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// badRowMessage is the definite error of a table whose row b failed to
+// convert: it names the table, the column and value (in b.err), and the
+// row by its key (the primary key, or the replica identity's) or, without
+// one, by all its values.
+func badRowMessage(ctx context.Context, conn *pgx.Conn, tb *table, b *badRow) string {
+	return fmt.Sprintf("snapshot: cannot convert a row of %s: %v; %s; %s", tb.name, b.err,
+		pgarrow.DescribeRow(tb.t, keyColumns(ctx, conn, tb), b.vals, b.nulls), badRowFix)
+}
+
+// badRowFix ends the error of a row that does not convert.
+const badRowFix = "the collection has this definite error from the snapshot on: " +
+	"change the value upstream or the column's type (docs/types-postgres.md says what each type holds), then re-snapshot it"
+
+// keyColumns returns the indexes of tb's key columns: its replica identity
+// key when it is not FULL, else its primary key; nil when it has neither
+// (or the catalog cannot say).
+func keyColumns(ctx context.Context, conn *pgx.Conn, tb *table) []int {
+	names := tb.key
+	if names == nil {
+		if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(a.attname::text ORDER BY array_position(i.indkey, a.attnum)), '{}')
+			FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+			WHERE i.indrelid = $1 AND i.indisprimary`, tb.t.OID).Scan(&names); err != nil {
+			return nil
+		}
+	}
+	var key []int
+	for _, n := range names {
+		for i, c := range tb.t.Columns {
+			if c.Name == n {
+				key = append(key, i)
+			}
+		}
+	}
+	if len(key) != len(names) {
+		return nil
+	}
+	return key
+}
+
+// diagnoseBinary names the row a binary copy of task k failed on (bad):
+// the same rows in COPY text, on the same snapshot, go through the text
+// parser, which refuses the same values, until the first that fails.
+func diagnoseBinary(ctx context.Context, conn *pgx.Conn, k task, bad error) string {
+	fallback := fmt.Sprintf("snapshot: cannot convert a row of %s: %v; %s", k.tb.name, bad, badRowFix)
+	rb, err := pgarrow.NewRowBuilder(memory.DefaultAllocator, k.tb.t)
+	if err != nil {
+		return fallback
+	}
+	defer rb.Release()
+	tb := &table{t: k.tb.t, name: k.tb.name}
+	tb.rel, tb.colsSQL, tb.relkind = k.tb.rel, k.tb.colsSQL, k.tb.relkind
+	c := &copier{ctx: ctx, tb: tb, rb: rb, diagnose: true}
+	text := k
+	text.tb = tb // no binary decoders: COPY text
+	if _, err := conn.PgConn().CopyTo(ctx, &diagWriter{c}, text.sql()); err != nil || c.bad == nil {
+		return fallback
+	}
+	return badRowMessage(ctx, conn, k.tb, c.bad)
+}
+
+// diagWriter feeds a diagnosing copier, dropping the rows that convert.
+type diagWriter struct{ c *copier }
+
+func (w *diagWriter) Write(p []byte) (int, error) {
+	n, err := w.c.Write(p)
+	if w.c.rb.Len() > 0 {
+		for _, a := range w.c.rb.NewArrays() {
+			a.Release()
+		}
+	}
+	return n, err
 }

@@ -39,6 +39,9 @@ func rewind(ctx context.Context, cfg Config, tables []*table, slotLSN, snapLSN f
 	}
 	r := &rewinder{cfg: cfg, sink: sink, snapLSN: snapLSN, tables: map[string]*table{}, began: began}
 	for _, tb := range tables {
+		if tb.failed.Load() {
+			continue // a definite error: none of its changes matter
+		}
 		r.tables[tb.name] = tb
 		r.rows += tb.rows
 		r.estimate += tb.tuples
@@ -212,6 +215,16 @@ func (r *rewinder) Error(collection string, t frontier.Time, msg string) error {
 	tb := r.tables[collection]
 	if tb == nil || !inSnapshot(uint64(at), r.snapLSN) {
 		return nil
+	}
+	if replicate.IsConversionError(msg) {
+		// A value Arrow cannot hold in a change inside the snapshot: the
+		// table fails from the snapshot's time on, like one the copy
+		// cannot convert; the rewind goes on for the others.
+		tb.failed.Store(true)
+		tb.errMsg = "snapshot: rewind: " + msg
+		delete(r.tables, collection)
+		r.cfg.Logger.Error("snapshot: a row does not convert; its collection has a definite error, the others go on", "collection", tb.name, "error", tb.errMsg)
+		return r.sink.Error(collection, frontier.Time{}, tb.errMsg)
 	}
 	err := fmt.Errorf("rewind %s: %w: at %s: %s", tb.name, ErrRewind, at, msg)
 	if r.states[tb.name] != nil {
