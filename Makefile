@@ -35,10 +35,7 @@ services-down:
 	@$(GO) run ./internal/testenv/cmd/rtr-services down $(SERVICES)
 
 fuzz:
-	$(GO) test -run XXX -fuzz FuzzParseFrontier -fuzztime 30s ./pkg/frontier
-	$(GO) test -run XXX -fuzz FuzzReader -fuzztime 30s ./pkg/pipe
-	$(GO) test -run XXX -fuzz FuzzCollectionName -fuzztime 30s ./pkg/pgarrow
-	$(GO) test -run XXX -fuzz FuzzCollectionName -fuzztime 30s ./pkg/myarrow
+	@scripts/fuzz.sh   # every fuzz target, FUZZTIME each (default 10s)
 
 bench: deps build
 	@scripts/bench.sh
