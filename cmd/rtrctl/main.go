@@ -159,6 +159,9 @@ Exit statuses:
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn, error", EnvVars: []string{"RTR_LOG_LEVEL"}},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format on stderr: text or json", EnvVars: []string{"RTR_LOG_FORMAT"}},
+			// urfave/cli adds --help only with its own help command, which
+			// helpCommand replaces.
+			cli.HelpFlag,
 		},
 		Before: func(c *cli.Context) error {
 			return setupLogging(c, stderr)
