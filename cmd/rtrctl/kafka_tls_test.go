@@ -21,16 +21,6 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/store"
 )
 
-// testCerts are a fresh test CA and certificates in a temporary directory.
-func testCerts(t *testing.T) *servers.Certs {
-	t.Helper()
-	c, err := servers.GenerateCerts(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 // secureKafka starts a kfake cluster with TLS (and SASL when mechanism is
 // set), closed at cleanup.
 func secureKafka(t *testing.T, certs *servers.Certs, mechanism, user, password string) *servers.Kafka {
@@ -83,7 +73,7 @@ func createKafkaTopic(t *testing.T, cl *kgo.Client, topic string, partitions int
 // password from the environment. A wrong password, a wrong CA and a
 // plaintext client fail at once with a hint, well within the timeouts.
 func TestKafkaTLSSASL(t *testing.T) {
-	certs := testCerts(t)
+	certs := servers.TestCerts(t)
 	const user, password = "rtr-app", "scram-secret-9f2"
 	k := secureKafka(t, certs, "SCRAM-SHA-512", user, password)
 	brokers := k.String()
@@ -195,7 +185,7 @@ func TestKafkaTLSKcat(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kcat not found (scripts/install-deps.sh installs it): %v", err)
 	}
-	certs := testCerts(t)
+	certs := servers.TestCerts(t)
 	k := secureKafka(t, certs, "", "", "")
 	brokers := k.String()
 	topic := "kcat-tls"

@@ -87,6 +87,22 @@ func GenerateCerts(dir string) (*Certs, error) {
 	return c, nil
 }
 
+// TestCerts is GenerateCerts in a temporary directory removed at t's
+// cleanup; a failure fails t.
+func TestCerts(t TB) *Certs {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "rtr-certs-")
+	if err != nil {
+		t.Fatalf("servers: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	c, err := GenerateCerts(dir)
+	if err != nil {
+		t.Fatalf("servers: %v", err)
+	}
+	return c
+}
+
 // ServerTLS is a server configuration with the server certificate; with
 // clientCerts it also asks for (and verifies, against the CA) a client
 // certificate when one is sent.
