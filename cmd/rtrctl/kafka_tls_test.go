@@ -178,8 +178,9 @@ func TestKafkaTLSSASL(t *testing.T) {
 }
 
 // TestKafkaTLSKcat: Debian's kcat (librdkafka) produces to a kfake
-// cluster over TLS, verifying the broker against the test CA; 'rtrctl
-// ingest --kafka-tls-ca' reads those records, and kcat reads them back.
+// cluster over TLS, verifying the broker against the test CA, and reads
+// the records back; 'rtrctl frontier' with a client certificate and
+// 'rtrctl ingest --kafka-tls-ca' see them.
 func TestKafkaTLSKcat(t *testing.T) {
 	kcat, err := exec.LookPath("kcat")
 	if err != nil {
@@ -200,6 +201,11 @@ func TestKafkaTLSKcat(t *testing.T) {
 	if err != nil || string(cons) != "a=1\nb=2\nc=3\n" {
 		t.Fatalf("kcat -C over TLS: %v, read %q", err, cons)
 	}
+	// With a client certificate too (the broker verifies one when sent).
+	if out, errOut, code := runCLI(t, "", "frontier", "--source", "kafka", "--brokers", brokers, "--topic", topic,
+		"--kafka-tls-ca", certs.CA, "--kafka-tls-cert", certs.ClientCert, "--kafka-tls-key", certs.ClientKey); code != 0 || strings.TrimSpace(out) != "0:3" {
+		t.Errorf("frontier with a client certificate: exit %d, out %q: %s", code, out, errOut)
+	}
 	dir := t.TempDir()
 	p := startProc(t, nil, "ingest", "--source", "kafka", "--brokers", brokers, "--topics", topic, "--kafka-tls-ca", certs.CA,
 		"--key-format", "text", "--value-format", "text", "--store", dir, "--interval", "20ms", "--compact-every", "0")
@@ -210,5 +216,19 @@ func TestKafkaTLSKcat(t *testing.T) {
 	p.signal(syscall.SIGINT)
 	if code := p.wait(t, 20*time.Second); code != 0 {
 		t.Fatalf("ingest exited %d:\n%s", code, p.stderr.bytes())
+	}
+}
+
+// TestBenchKafkaTLSSASL: 'rtrctl bench kafka' against an existing cluster
+// with TLS and SASL: its producer and the ingest it starts (a child
+// rtrctl, given the password through the environment) both authenticate.
+func TestBenchKafkaTLSSASL(t *testing.T) {
+	certs := servers.TestCerts(t)
+	const user, password = "bench", "bench-secret-4"
+	k := secureKafka(t, certs, "SCRAM-SHA-256", user, password)
+	res, _, _ := benchJSON(t, "kafka", "--records-per-second", "1000", "--num-seconds", "2", "--brokers", k.String(),
+		"--kafka-tls-ca", certs.CA, "--kafka-sasl-mechanism", "SCRAM-SHA-256", "--kafka-sasl-user", user, "--kafka-sasl-password", password)
+	if res.Sent != 2000 {
+		t.Errorf("sent %d records, want 2000", res.Sent)
 	}
 }

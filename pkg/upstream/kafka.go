@@ -194,6 +194,34 @@ func (k Kafka) Opts() []kgo.Opt {
 	return opts
 }
 
+// Args are the rtrctl flags that name this cluster (--brokers and the
+// --kafka-tls*/--kafka-sasl* flags), for a child rtrctl; the password is
+// not among them but in env ($RTR_KAFKA_SASL_PASSWORD), unless a password
+// file names it.
+func (k Kafka) Args() (args, env []string) {
+	args = []string{"--brokers", k.String()}
+	f := k.sec.TLSFiles
+	if k.tls != nil {
+		args = append(args, "--kafka-tls")
+	}
+	for _, a := range [][2]string{{"--kafka-tls-ca", f.CA}, {"--kafka-tls-cert", f.Cert}, {"--kafka-tls-key", f.Key}, {"--kafka-tls-server-name", f.ServerName}} {
+		if a[1] != "" {
+			args = append(args, a[0], a[1])
+		}
+	}
+	if f.InsecureSkipVerify {
+		args = append(args, "--kafka-tls-insecure-skip-verify")
+	}
+	if k.sasl == nil {
+		return args, nil
+	}
+	args = append(args, "--kafka-sasl-mechanism", k.sec.SASLMechanism, "--kafka-sasl-user", k.sec.SASLUser)
+	if k.sec.SASLPasswordFile != "" {
+		return append(args, "--kafka-sasl-password-file", k.sec.SASLPasswordFile), nil
+	}
+	return args, []string{EnvKafkaSASLPassword + "=" + k.sec.SASLPassword}
+}
+
 // Recorded is what a store records of the cluster (SourceInfo.Upstream):
 // the brokers and the security settings in librdkafka's names, without
 // the password.
