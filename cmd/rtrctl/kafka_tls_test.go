@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
@@ -23,9 +24,9 @@ import (
 
 // secureKafka starts a kfake cluster with TLS (and SASL when mechanism is
 // set), closed at cleanup.
-func secureKafka(t *testing.T, certs *servers.Certs, mechanism, user, password string) *servers.Kafka {
+func secureKafka(t *testing.T, certs *servers.Certs, mechanism, user, password string, opts ...kfake.Opt) *servers.Kafka {
 	t.Helper()
-	k, err := servers.LaunchSecureKafka(certs, mechanism, user, password)
+	k, err := servers.LaunchSecureKafka(certs, mechanism, user, password, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,15 +68,16 @@ func createKafkaTopic(t *testing.T, cl *kgo.Client, topic string, partitions int
 }
 
 // TestKafkaTLSSASL: against a kfake cluster with TLS and SASL
-// SCRAM-SHA-512, records produced by an independent franz-go client are
-// ingested by 'rtrctl ingest' (password from a file), wait-recent reaches
-// them through the recorded upstream, and frontier works with the
+// SCRAM-SHA-512 (and a PLAIN user), records produced by an independent franz-go client are
+// ingested by 'rtrctl ingest' (password from a file), wait-recent and
+// status reach them through the recorded upstream (status also through
+// the flags), and frontier works with the
 // password from the environment. A wrong password, a wrong CA and a
 // plaintext client fail at once with a hint, well within the timeouts.
 func TestKafkaTLSSASL(t *testing.T) {
 	certs := servers.TestCerts(t)
 	const user, password = "rtr-app", "scram-secret-9f2"
-	k := secureKafka(t, certs, "SCRAM-SHA-512", user, password)
+	k := secureKafka(t, certs, "SCRAM-SHA-512", user, password, kfake.User("PLAIN", "plain-user", "plain-secret"))
 	brokers := k.String()
 	cl := independentKafkaClient(t, k.Brokers, certs.CA, user, password)
 	topic := "orders"
@@ -96,6 +98,14 @@ func TestKafkaTLSSASL(t *testing.T) {
 	t.Run("frontier with the password from the environment", func(t *testing.T) {
 		t.Setenv("RTR_KAFKA_SASL_PASSWORD", password)
 		out, errOut, code := runCLI(t, "", append([]string{"frontier", "--source", "kafka", "--brokers", brokers, "--topic", topic}, secFlags...)...)
+		if code != 0 || strings.TrimSpace(out) != "0:3,1:3" {
+			t.Fatalf("frontier: exit %d, out %q, stderr %s", code, out, errOut)
+		}
+	})
+
+	t.Run("frontier with SASL PLAIN", func(t *testing.T) {
+		out, errOut, code := runCLI(t, "", "frontier", "--source", "kafka", "--brokers", brokers, "--topic", topic, "--kafka-tls-ca", certs.CA,
+			"--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-user", "plain-user", "--kafka-sasl-password", "plain-secret")
 		if code != 0 || strings.TrimSpace(out) != "0:3,1:3" {
 			t.Fatalf("frontier: exit %d, out %q, stderr %s", code, out, errOut)
 		}
@@ -134,6 +144,19 @@ func TestKafkaTLSSASL(t *testing.T) {
 		out, errOut, code := runCLI(t, "", "wait-recent", "--store", dir, "--no-daemon", "--timeout", "20s")
 		if code != 0 || strings.TrimSpace(out) == "" {
 			t.Errorf("wait-recent: exit %d, out %q, stderr %s", code, out, errOut)
+		}
+		// status measures the lag with the flags, and against the
+		// recorded upstream (the password from the recorded file).
+		for _, args := range [][]string{
+			append([]string{"--brokers", brokers, "--kafka-sasl-password-file", pwFile}, secFlags...),
+			{"--probe-recorded"},
+		} {
+			st := statusOf(t, dir, args...)
+			if len(st.Sources) != 1 || st.Sources[0].Upstream == nil || st.Sources[0].LagNote != "" {
+				t.Errorf("status %v: %+v, want the upstream frontier measured", args, st.Sources)
+			} else if got := st.Sources[0].Upstream.String(); got != "0:3,1:4" {
+				t.Errorf("status %v: upstream %s, want 0:3,1:4", args, got)
+			}
 		}
 		p.signal(syscall.SIGINT)
 		if code := p.wait(t, 20*time.Second); code != 0 {
