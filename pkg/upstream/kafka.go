@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -107,17 +106,10 @@ func NewKafka(list string, sec KafkaSecurity) (Kafka, error) {
 		sec.TLS = true
 	}
 	if sec.TLS {
-		host := ""
-		if len(k.Brokers) > 0 {
-			host, _, _ = net.SplitHostPort(k.Brokers[0])
-		}
-		cfg, err := f.Config(host, kafkaNames)
+		// No server name: franz-go verifies each broker by its own host.
+		cfg, err := f.Config("", kafkaNames)
 		if err != nil {
 			return Kafka{}, fmt.Errorf("kafka: %w", err)
-		}
-		if f.ServerName == "" {
-			// Each broker is verified by its own host name.
-			cfg.ServerName = ""
 		}
 		k.tls = cfg
 	}
