@@ -117,6 +117,11 @@ func TestMySQLTLS(t *testing.T) {
 	p := startProc(t, []string{"RTR_MYSQL_DSN=" + dsn}, "ingest", "--source", "mysql", "--tables", d.name+".items", "--store", dir,
 		"--interval", "20ms", "--compact-every", "0")
 	waitRows(t, p, dir, d.name+".items", 2)
+	r, err := d.conn.Execute("SELECT @@global.gtid_binlog_pos")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, _ := r.GetString(0, 0)
 	d.exec(t, "INSERT INTO items VALUES (3, 'c')", "UPDATE items SET v = 'z' WHERE id = 1")
 	waitFor(t, func() bool {
 		out, _, code := runCLI(t, "", "read", dir, d.name+".items", "--format", "csv")
@@ -125,6 +130,14 @@ func TestMySQLTLS(t *testing.T) {
 	p.signal(syscall.SIGINT)
 	if code := p.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("ingest exited %d:\n%s", code, p.stderr.bytes())
+	}
+
+	// tls=preferred: the binlog connection follows the first one, over
+	// TLS here (the server takes nothing else).
+	out, errOut, code := runCLI(t, "", "replicate", "--source", "mysql", "--dsn", base+"?tls=preferred", "--tables", d.name+".items",
+		"--start-gtid", start, "--stop-at", d.upstream(t).String())
+	if kinds := readKinds(t, out); code != 0 || kinds["data "+d.name+".items"] != 3 {
+		t.Errorf("replicate with tls=preferred: exit %d, %v: %s", code, kinds, errOut)
 	}
 
 	frontier := func(dsn string) []string { return []string{"frontier", "--source", "mysql", "--dsn", dsn} }
@@ -143,5 +156,29 @@ func TestMySQLTLS(t *testing.T) {
 		{"wrong CA", "not signed by a trusted CA", frontier(base + "?tls=true&ssl-ca=" + certs.OtherCA)},
 		{"wrong name", "another name", frontier(base + "?ssl-mode=VERIFY_IDENTITY&tls-server-name=wrong.example&ssl-ca=" + certs.CA)},
 		{"bad mode", "ssl-mode", frontier(base + "?ssl-mode=SOMETIMES")},
+	})
+}
+
+// TestMySQLTLSPlainServer: against a server without TLS (the shared
+// MariaDB), tls=preferred falls back to plaintext for the catalog and the
+// binlog connections, and tls=true is refused, saying the server offers
+// no TLS.
+func TestMySQLTLSPlainServer(t *testing.T) {
+	m := testenv.SharedMariaDB(t)
+	d := newMyDB(t, m)
+	d.exec(t, "CREATE TABLE t (id int PRIMARY KEY)")
+	r, err := d.conn.Execute("SELECT @@global.gtid_binlog_pos")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, _ := r.GetString(0, 0)
+	d.exec(t, "INSERT INTO t VALUES (1), (2)")
+	out, errOut, code := runCLI(t, "", "replicate", "--source", "mysql", "--dsn", m.URL()+"?tls=preferred", "--tables", d.name+".t",
+		"--start-gtid", start, "--stop-at", d.upstream(t).String())
+	if kinds := readKinds(t, out); code != 0 || kinds["data "+d.name+".t"] != 2 {
+		t.Errorf("replicate with tls=preferred: exit %d, %v: %s", code, kinds, errOut)
+	}
+	checkRefusals(t, m.Password, []tlsRefusal{
+		{"tls=true", "offers no TLS", []string{"frontier", "--source", "mysql", "--dsn", m.URL() + "?tls=true"}},
 	})
 }
