@@ -113,7 +113,8 @@ func TestKafkaTLSSASL(t *testing.T) {
 
 	t.Run("ingest and wait-recent", func(t *testing.T) {
 		dir := t.TempDir()
-		p := startProc(t, nil, append([]string{"ingest", "--source", "kafka", "--brokers", brokers, "--topics", topic,
+		// A stale password in the environment: the file wins.
+		p := startProc(t, []string{"RTR_KAFKA_SASL_PASSWORD=stale"}, append([]string{"ingest", "--source", "kafka", "--brokers", brokers, "--topics", topic,
 			"--key-format", "text", "--value-format", "text", "--store", dir, "--interval", "20ms", "--compact-every", "0",
 			"--kafka-sasl-password-file", pwFile}, secFlags...)...)
 		waitFor(t, func() bool {

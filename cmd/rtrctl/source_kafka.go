@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/urfave/cli/v2"
 
@@ -113,12 +114,18 @@ func kafkaBrokers(c *cli.Context) (kafkaUpstream, error) {
 	if c.IsSet("kafka-sasl-password") && c.IsSet("kafka-sasl-password-file") {
 		return kafkaUpstream{}, usagef("pass one of them (a file keeps the password out of ps)", "both --kafka-sasl-password and --kafka-sasl-password-file given")
 	}
+	// The flag, else the environment; a password file wins over the
+	// environment.
+	password := c.String("kafka-sasl-password")
+	if password == "" && !c.IsSet("kafka-sasl-password-file") {
+		password = os.Getenv(upstream.EnvKafkaSASLPassword)
+	}
 	k, err := upstream.NewKafka(list, upstream.KafkaSecurity{
 		TLS: c.Bool("kafka-tls"),
 		TLSFiles: upstream.TLSFiles{CA: c.String("kafka-tls-ca"), Cert: c.String("kafka-tls-cert"), Key: c.String("kafka-tls-key"),
 			ServerName: c.String("kafka-tls-server-name"), InsecureSkipVerify: c.Bool("kafka-tls-insecure-skip-verify")},
 		SASLMechanism: c.String("kafka-sasl-mechanism"), SASLUser: c.String("kafka-sasl-user"),
-		SASLPassword: c.String("kafka-sasl-password"), SASLPasswordFile: c.String("kafka-sasl-password-file"),
+		SASLPassword: password, SASLPasswordFile: c.String("kafka-sasl-password-file"),
 	})
 	if err != nil {
 		return kafkaUpstream{}, err
@@ -138,7 +145,7 @@ func kafkaSecurityFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "kafka-tls-insecure-skip-verify", Usage: "kafka: accept any broker certificate (enable.ssl.certificate.verification=false); tests only"},
 		&cli.StringFlag{Name: "kafka-sasl-mechanism", Usage: "kafka: SASL mechanism PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (sasl.mechanism; default: no SASL)"},
 		&cli.StringFlag{Name: "kafka-sasl-user", EnvVars: []string{"RTR_KAFKA_SASL_USER"}, Usage: "kafka: SASL user (sasl.username)"},
-		&cli.StringFlag{Name: "kafka-sasl-password", EnvVars: []string{upstream.EnvKafkaSASLPassword}, Usage: "kafka: SASL password (sasl.password); prefer $" + upstream.EnvKafkaSASLPassword + " or --kafka-sasl-password-file, which stay out of ps"},
+		&cli.StringFlag{Name: "kafka-sasl-password", Usage: "kafka: SASL password (sasl.password; default: $" + upstream.EnvKafkaSASLPassword + "); prefer the variable or --kafka-sasl-password-file, which stay out of ps"},
 		&cli.StringFlag{Name: "kafka-sasl-password-file", Usage: "kafka: file holding the SASL password (one line)"},
 	}
 }
