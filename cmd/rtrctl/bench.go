@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/rtrctl/rtrctl/pkg/bench"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // envBenchRtrctl names the rtrctl binary bench runs as `rtrctl ingest`
@@ -53,7 +53,7 @@ Examples:
 started for the run. The topic (--topic, default bench) is created with
 --partitions partitions and must not exist. Keys are drawn uniformly from
 --key-cardinality keys; values are --value-size random bytes.`,
-				Flags: append(common(),
+				Flags: append(append(common(),
 					&cli.Float64Flag{Name: "records-per-second", Usage: "the producer's rate (required)"},
 					&cli.IntFlag{Name: "key-cardinality", Value: bench.DefaultKeyCardinality, Usage: "number of distinct keys"},
 					&cli.IntFlag{Name: "value-size", Value: bench.DefaultValueSize, Usage: "value size in bytes"},
@@ -61,7 +61,7 @@ started for the run. The topic (--topic, default bench) is created with
 					&cli.IntFlag{Name: "partitions", Value: bench.DefaultPartitions, Usage: "partitions of the topic"},
 					&cli.StringFlag{Name: "brokers", Usage: "an existing Kafka cluster, host:port[,host:port] (default: an embedded broker)"},
 					&cli.StringFlag{Name: "topic", Value: bench.DefaultTopic, Usage: "the topic to create"},
-				),
+				), kafkaSecurityFlags()...),
 				Action: func(c *cli.Context) error {
 					common, err := benchCommon(c)
 					if err != nil {
@@ -82,16 +82,19 @@ started for the run. The topic (--topic, default bench) is created with
 					if e := c.String("envelope"); e != "none" && e != "upsert" {
 						return usagef("use --envelope none or --envelope upsert", "bad --envelope %q", e)
 					}
-					var brokers []string
-					for _, b := range strings.Split(c.String("brokers"), ",") {
-						if b = strings.TrimSpace(b); b != "" {
-							brokers = append(brokers, b)
+					// No --brokers: an embedded broker.
+					var up upstream.Kafka
+					if len(upstream.ParseKafka(c.String("brokers")).Brokers) > 0 {
+						ku, err := kafkaBrokers(c)
+						if err != nil {
+							return err
 						}
+						up = ku.kafka
 					}
 					cfg := bench.KafkaConfig{
 						Common: common, RecordsPerSecond: c.Float64("records-per-second"),
 						KeyCardinality: c.Int("key-cardinality"), ValueSize: c.Int("value-size"),
-						Envelope: c.String("envelope"), Partitions: c.Int("partitions"), Brokers: brokers, Topic: c.String("topic"),
+						Envelope: c.String("envelope"), Partitions: c.Int("partitions"), Upstream: up, Topic: c.String("topic"),
 					}
 					return runBench(c, func(ctx context.Context) (*bench.Result, error) { return bench.RunKafka(ctx, cfg) })
 				},

@@ -101,7 +101,7 @@ func TestKafkaRecency(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := ingest.Run(ctx, ingest.NewKafka(ingest.KafkaConfig{Brokers: k.Brokers, Topics: []string{r.name}, ValueFormat: "text"}), st, ingest.Options{})
+			err := ingest.Run(ctx, ingest.NewKafka(ingest.KafkaConfig{Upstream: k.Upstream(), Topics: []string{r.name}, ValueFormat: "text"}), st, ingest.Options{})
 			if err != nil && ctx.Err() == nil {
 				t.Errorf("ingest %s: %v", r.name, err)
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/urfave/cli/v2"
 
@@ -31,15 +32,16 @@ func init() {
 		}
 	}
 	topicFlag := &cli.StringFlag{Name: "topic", Usage: "kafka: the topic"}
+	sec := kafkaSecurityFlags()
 	registerSource(&sourceKind{
 		name: "kafka",
 		flags: map[string][]cli.Flag{
-			"frontier":    {topicFlag},
-			"wait-recent": {topicFlag},
-			"replicate": append([]cli.Flag{&cli.StringFlag{Name: "topic", Usage: "kafka: the topic (one per pipe; it is the collection)"},
-				&cli.StringFlag{Name: "start", Usage: "kafka: start offsets partition:offset,... e.g. 0:15,1:7 (default: every partition's log start)"}}, formats("replicate")...),
-			"ingest": append([]cli.Flag{&cli.StringFlag{Name: "topics", Usage: "kafka: comma-separated topics (required for kafka)"},
-				&cli.StringFlag{Name: "group", Usage: "kafka: consumer group to commit durable offsets to (monitoring only)"}}, formats("ingest")...),
+			"frontier":    append([]cli.Flag{topicFlag}, sec...),
+			"wait-recent": append([]cli.Flag{topicFlag}, sec...),
+			"replicate": append(append([]cli.Flag{&cli.StringFlag{Name: "topic", Usage: "kafka: the topic (one per pipe; it is the collection)"},
+				&cli.StringFlag{Name: "start", Usage: "kafka: start offsets partition:offset,... e.g. 0:15,1:7 (default: every partition's log start)"}}, formats("replicate")...), sec...),
+			"ingest": append(append([]cli.Flag{&cli.StringFlag{Name: "topics", Usage: "kafka: comma-separated topics (required for kafka)"},
+				&cli.StringFlag{Name: "group", Usage: "kafka: consumer group to commit durable offsets to (monitoring only)"}}, formats("ingest")...), sec...),
 		},
 		upstream: func(c *cli.Context) (sourceUpstream, error) {
 			u, err := kafkaBrokers(c)
@@ -70,13 +72,19 @@ func init() {
 				}
 			}
 			return ingest.NewKafka(ingest.KafkaConfig{
-				Brokers: ku.kafka.Brokers, Topics: ku.topics, Source: c.String("source-id"),
+				Upstream: ku.kafka, Topics: ku.topics, Source: c.String("source-id"),
 				Envelope: c.String("envelope"), KeyFormat: c.String("key-format"), ValueFormat: c.String("value-format"),
 				Group: c.String("group"), MaxRecordBytes: c.Int("max-record-bytes"),
 			}), nil
 		},
+		// The recorded cluster, with the SASL password from the recorded
+		// password file or $RTR_KAFKA_SASL_PASSWORD.
 		recorded: func(info store.SourceInfo, _ string) (probe.Prober, error) {
-			return probe.NewKafka(upstream.ParseKafka(info.Upstream["brokers"]).Brokers, splitList(info.Upstream["topic"]))
+			k, err := upstream.KafkaFromRecorded(info.Upstream, "")
+			if err != nil {
+				return nil, err
+			}
+			return probe.NewKafka(k, splitList(info.Upstream["topic"]))
 		},
 		upstreamFlag: "brokers",
 		// A store holds one source per topic: --brokers names the
@@ -97,13 +105,49 @@ func init() {
 }
 
 // kafkaBrokers is the Kafka upstream --brokers (or $RTR_KAFKA_BROKERS)
-// names, without topics.
+// and the --kafka-tls*/--kafka-sasl* flags name, without topics.
 func kafkaBrokers(c *cli.Context) (kafkaUpstream, error) {
-	u := kafkaUpstream{kafka: upstream.ParseKafka(envDefault(c, "brokers", "RTR_KAFKA_BROKERS"))}
-	if len(u.kafka.Brokers) == 0 {
-		return u, usagef("pass --brokers host:port or set RTR_KAFKA_BROKERS", "no Kafka brokers given")
+	list := envDefault(c, "brokers", "RTR_KAFKA_BROKERS")
+	if len(upstream.ParseKafka(list).Brokers) == 0 {
+		return kafkaUpstream{}, usagef("pass --brokers host:port or set RTR_KAFKA_BROKERS", "no Kafka brokers given")
 	}
-	return u, nil
+	if c.IsSet("kafka-sasl-password") && c.IsSet("kafka-sasl-password-file") {
+		return kafkaUpstream{}, usagef("pass one of them (a file keeps the password out of ps)", "both --kafka-sasl-password and --kafka-sasl-password-file given")
+	}
+	// The flag, else the environment; a password file wins over the
+	// environment.
+	password := c.String("kafka-sasl-password")
+	if password == "" && !c.IsSet("kafka-sasl-password-file") {
+		password = os.Getenv(upstream.EnvKafkaSASLPassword)
+	}
+	k, err := upstream.NewKafka(list, upstream.KafkaSecurity{
+		TLS: c.Bool("kafka-tls"),
+		TLSFiles: upstream.TLSFiles{CA: c.String("kafka-tls-ca"), Cert: c.String("kafka-tls-cert"), Key: c.String("kafka-tls-key"),
+			ServerName: c.String("kafka-tls-server-name"), InsecureSkipVerify: c.Bool("kafka-tls-insecure-skip-verify")},
+		SASLMechanism: c.String("kafka-sasl-mechanism"), SASLUser: c.String("kafka-sasl-user"),
+		SASLPassword: password, SASLPasswordFile: c.String("kafka-sasl-password-file"),
+	})
+	if err != nil {
+		return kafkaUpstream{}, err
+	}
+	return kafkaUpstream{kafka: k}, nil
+}
+
+// kafkaSecurityFlags are the TLS and SASL flags of every command that
+// talks to a Kafka cluster (librdkafka's property names in the usage).
+func kafkaSecurityFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.BoolFlag{Name: "kafka-tls", Usage: "kafka: connect with TLS (librdkafka security.protocol=SSL, or SASL_SSL with --kafka-sasl-mechanism); implied by any --kafka-tls-* file"},
+		&cli.StringFlag{Name: "kafka-tls-ca", Usage: "kafka: PEM file of the CAs to trust instead of the system's (ssl.ca.location)"},
+		&cli.StringFlag{Name: "kafka-tls-cert", Usage: "kafka: PEM client certificate, for mutual TLS (ssl.certificate.location)"},
+		&cli.StringFlag{Name: "kafka-tls-key", Usage: "kafka: PEM private key of --kafka-tls-cert (ssl.key.location)"},
+		&cli.StringFlag{Name: "kafka-tls-server-name", Usage: "kafka: name the brokers' certificates must carry (default: each broker's host)"},
+		&cli.BoolFlag{Name: "kafka-tls-insecure-skip-verify", Usage: "kafka: accept any broker certificate (enable.ssl.certificate.verification=false); tests only"},
+		&cli.StringFlag{Name: "kafka-sasl-mechanism", Usage: "kafka: SASL mechanism PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (sasl.mechanism; default: no SASL)"},
+		&cli.StringFlag{Name: "kafka-sasl-user", EnvVars: []string{"RTR_KAFKA_SASL_USER"}, Usage: "kafka: SASL user (sasl.username)"},
+		&cli.StringFlag{Name: "kafka-sasl-password", Usage: "kafka: SASL password (sasl.password; default: $" + upstream.EnvKafkaSASLPassword + "); prefer the variable or --kafka-sasl-password-file, which stay out of ps"},
+		&cli.StringFlag{Name: "kafka-sasl-password-file", Usage: "kafka: file holding the SASL password (one line)"},
+	}
 }
 
 // kafkaUpstream is a Kafka cluster and topics.
@@ -113,7 +157,7 @@ type kafkaUpstream struct {
 }
 
 func (u kafkaUpstream) Prober() (probe.Prober, error) {
-	return probe.NewKafka(u.kafka.Brokers, u.topics)
+	return probe.NewKafka(u.kafka, u.topics)
 }
 
 // errStopReached ends a Kafka replicate at --stop-at.
@@ -155,7 +199,7 @@ func replicateKafkaAction(c *cli.Context, u sourceUpstream) error {
 	}
 	defer dec.Release()
 	kcfg := replicate.KafkaConfig{
-		Brokers: cfg.kafka.Brokers, MaxRecordBytes: c.Int("max-record-bytes"),
+		Upstream: cfg.kafka, MaxRecordBytes: c.Int("max-record-bytes"),
 		Topics: []replicate.KafkaTopic{{Name: topic, Start: start, Decoder: dec}},
 	}
 	return runReplicateKafka(c.Context, c.App.Writer, kcfg, source, stop, c.IsSet("stop-at"))

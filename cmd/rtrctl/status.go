@@ -69,13 +69,13 @@ Examples:
 "upstream" (a frontier), "lag_positions", "lag_wal_bytes" (pg sources
 only, the same number), "lag_ms" when measured, "lag_note" when skipped, "retention" and
 "binlog_headroom_seconds" (docs/operations.md, Metrics).`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "dsn", Usage: "measure the store's pg sources against this PostgreSQL DSN, or its mysql sources against this MySQL/MariaDB DSN (forms as for 'rtrctl ingest')"},
 			dsnFileFlag(),
 			&cli.StringFlag{Name: "brokers", Usage: "measure the store's kafka sources against these brokers, host:port[,host:port]"},
 			&cli.BoolFlag{Name: "probe-recorded", Usage: "measure the sources --dsn and --brokers do not name against the upstream their ingest recorded"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json"},
-		},
+		}, kafkaSecurityFlags()...),
 		Action: func(c *cli.Context) error {
 			dir, err := oneArg(c, "DIR")
 			if err != nil {

@@ -393,7 +393,7 @@ func TestStatusKafka(t *testing.T) {
 	produce("a", 1, 2)
 	produce("b", 0, 1)
 	dir := t.TempDir()
-	ing := statusIngest(t, dir, ingest.NewKafka(ingest.KafkaConfig{Brokers: k.Brokers, Topics: []string{"a", "b"}}))
+	ing := statusIngest(t, dir, ingest.NewKafka(ingest.KafkaConfig{Upstream: k.Upstream(), Topics: []string{"a", "b"}}))
 	brokers := strings.Join(k.Brokers, ",")
 
 	statusCaughtUp(t, ing, dir, "kafka.a", "--brokers", brokers)

@@ -103,7 +103,12 @@ func parseMySQLURL(s string) (MySQL, error) {
 func parseMySQLDriver(s string) (MySQL, error) {
 	m := MySQL{Host: "127.0.0.1", Port: 3306, Params: map[string]string{}}
 	masked := MaskMySQLDriver(s)
-	slash := strings.LastIndex(s, "/")
+	// The parameters may hold paths (ssl-ca=/etc/...): the database
+	// name's slash is the one after the address, else the last one.
+	slash := strings.Index(s, ")/") + 1
+	if slash == 0 {
+		slash = strings.LastIndex(s, "/")
+	}
 	if slash < 0 {
 		return MySQL{}, fmt.Errorf("parse mysql dsn %q: no '/' before the database name (want user:pass@tcp(host:port)/db or mysql://user:pass@host:port/db): %w", masked, ErrMalformed)
 	}

@@ -130,7 +130,7 @@ func IsPermanent(err error) bool {
 }
 
 func knownPermanent(err error) bool {
-	return pgPermanent(err) || mysqlPermanent(err) || kafkaPermanent(err)
+	return pgPermanent(err) || mysqlPermanent(err) || kafkaPermanent(err) || tlsPermanent(err)
 }
 
 // netTransient: errors of the network and of a connection that broke.

@@ -45,17 +45,28 @@
 //	func (m *MariaDB) Connect(ctx, db string) (*client.Conn, error)
 //	func (m *MariaDB) CreateDatabase(t TB) string   // a fresh schema's name, dropped at cleanup
 //	func (m *MariaDB) Restart(ctx, RestartOptions) error
-//	type Kafka struct{ Brokers []string; Cluster *kfake.Cluster }
+//	type Kafka struct{ Brokers []string; Cluster *kfake.Cluster; Security upstream.KafkaSecurity }
+//	func (k *Kafka) Upstream() upstream.Kafka      // the cluster as the stages take it (TLS, SASL)
+//	type Certs struct{ Dir, CA, OtherCA, ServerCert, ServerKey, ClientCert, ClientKey string }
+//	func GenerateCerts(dir string) (*Certs, error) // test CA, server cert (127.0.0.1, localhost), client cert (CN rtr), unrelated CA
 //
 //	func LaunchPostgres(ctx context.Context, dir string, opts PostgresOptions) (*Postgres, func() error, error)
 //	func LaunchMariaDB(ctx context.Context, dir string, opts MariaDBOptions) (*MariaDB, func() error, error)
 //	func LaunchKafka(opts ...kfake.Opt) (*Kafka, error)
+//	func LaunchSecureKafka(c *Certs, mechanism, user, pass string, opts ...kfake.Opt) (*Kafka, error) // TLS, SASL when mechanism is set
 //	func StopPostgresDir(ctx context.Context, dir string) error // stops a detached server launched in dir
 //	func StopMariaDBDir(ctx context.Context, dir string) error
 //	func NewProxy(target string) (*Proxy, error)                // TCP proxy for fault injection
 //	func ParsePostgresDSN(dsn string) (*Postgres, error)
 //	func ParseMySQLDSN(dsn string) (*MariaDB, error)
 //	func SweepStale()                                          // remove dead servers' temporary directories
+//
+// TLS servers: PostgresOptions.TLS (ssl=on, pg_hba.conf hostssl with
+// clientcert=verify-full; the Postgres DSNs then use sslmode=verify-full
+// with the client certificate) and MariaDBOptions.TLS (ssl-ca, ssl-cert,
+// ssl-key, require_secure_transport=ON; Connect then uses TLS) take the
+// Certs of GenerateCerts. Only the tests that need them start such
+// servers; the shared ones stay plaintext.
 //
 // String methods mask passwords. TB is the part of testing.TB that
 // CreateDatabase needs.

@@ -2,6 +2,8 @@ package servers
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -29,6 +31,9 @@ type MariaDB struct {
 	Password string
 	// DataDir is the server's data directory, "" for an external server.
 	DataDir string
+	// SSLCA, when set, makes Connect use TLS, verifying the server against
+	// this CA (a server launched with MariaDBOptions.TLS).
+	SSLCA string
 }
 
 // MariaDBOptions configure a server started by StartMariaDB or
@@ -50,6 +55,10 @@ type MariaDBOptions struct {
 	// Shared marks a server that many tests use (testenv.SharedMariaDB):
 	// Restart refuses it.
 	Shared bool
+	// TLS, when set, gives the server these certificates (ssl-ca,
+	// ssl-cert, ssl-key) and require_secure_transport=ON: TCP clients must
+	// use TLS (the socket the setup uses is exempt).
+	TLS *Certs
 }
 
 // Addr is host:port.
@@ -78,7 +87,18 @@ func (m *MariaDB) String() string {
 // Connect opens a go-mysql client connection, with no default database
 // when db is "".
 func (m *MariaDB) Connect(ctx context.Context, db string) (*client.Conn, error) {
-	conn, err := client.ConnectWithContext(ctx, m.Addr(), m.User, m.Password, db, 10*time.Second)
+	var opts []client.Option
+	if m.SSLCA != "" {
+		pem, err := os.ReadFile(m.SSLCA)
+		if err != nil {
+			return nil, fmt.Errorf("connect to mariadb %s: %w", m.Addr(), err)
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pem)
+		cfg := &tls.Config{RootCAs: pool, ServerName: m.Host}
+		opts = append(opts, func(c *client.Conn) error { c.SetTLSConfig(cfg); return nil })
+	}
+	conn, err := client.ConnectWithContext(ctx, m.Addr(), m.User, m.Password, db, 10*time.Second, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to mariadb %s as %s: %w", m.Addr(), m.User, err)
 	}
@@ -187,6 +207,9 @@ func LaunchMariaDB(ctx context.Context, dir string, opts MariaDBOptions) (m *Mar
 	}
 
 	m = &MariaDB{Host: "127.0.0.1", User: "rtr", Password: randomPassword(), DataDir: lay.data}
+	if opts.TLS != nil {
+		m.SSLCA = opts.TLS.CA
+	}
 	var srv *server
 	for attempt := 1; ; attempt++ {
 		port, err := freePort()
@@ -238,6 +261,10 @@ func mariadbArgs(lay myLayout, port int, opts MariaDBOptions) []string {
 	}
 	if opts.BinlogRowImage != "" {
 		s["binlog-row-image"] = opts.BinlogRowImage
+	}
+	if c := opts.TLS; c != nil {
+		s["ssl-ca"], s["ssl-cert"], s["ssl-key"] = c.CA, c.ServerCert, c.ServerKey
+		s["require-secure-transport"] = "ON"
 	}
 	if opts.NoLogBin {
 		delete(s, "log-bin")

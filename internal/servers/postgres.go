@@ -36,6 +36,10 @@ type Postgres struct {
 	Database string
 	// DataDir is the server's data directory, "" for an external server.
 	DataDir string
+	// SSLRootCert, SSLCert and SSLKey, when SSLRootCert is set, make the
+	// DSNs connect with sslmode=verify-full trusting that CA, with that
+	// client certificate (a server launched with PostgresOptions.TLS).
+	SSLRootCert, SSLCert, SSLKey string
 }
 
 // PostgresOptions configure a server started by StartPostgres or
@@ -52,6 +56,10 @@ type PostgresOptions struct {
 	// Shared marks a server that many tests use (testenv.SharedPostgres):
 	// Restart refuses it.
 	Shared bool
+	// TLS, when set, turns ssl on with these certificates and makes
+	// pg_hba.conf accept TCP connections only over TLS with a client
+	// certificate for the user (clientcert=verify-full) and a password.
+	TLS *Certs
 }
 
 // DSN returns the URL form:
@@ -63,6 +71,14 @@ func (p *Postgres) DSN() string {
 		Host:     net.JoinHostPort(p.Host, strconv.Itoa(p.Port)),
 		Path:     "/" + p.Database,
 		RawQuery: "sslmode=disable",
+	}
+	if p.SSLRootCert != "" {
+		q := url.Values{"sslmode": {"verify-full"}, "sslrootcert": {p.SSLRootCert}}
+		if p.SSLCert != "" {
+			q.Set("sslcert", p.SSLCert)
+			q.Set("sslkey", p.SSLKey)
+		}
+		u.RawQuery = q.Encode()
 	}
 	return u.String()
 }
@@ -76,8 +92,15 @@ func (p *Postgres) ReplicationDSN() string {
 // KeyValueDSN returns the libpq key=value form:
 // host=127.0.0.1 port=... user=... password=... dbname=... sslmode=disable.
 func (p *Postgres) KeyValueDSN() string {
-	return fmt.Sprintf("host=%s port=%d user=%s password=%s dbname=%s sslmode=disable",
-		kvQuote(p.Host), p.Port, kvQuote(p.User), kvQuote(p.Password), kvQuote(p.Database))
+	ssl := "sslmode=disable"
+	if p.SSLRootCert != "" {
+		ssl = "sslmode=verify-full sslrootcert=" + kvQuote(p.SSLRootCert)
+		if p.SSLCert != "" {
+			ssl += " sslcert=" + kvQuote(p.SSLCert) + " sslkey=" + kvQuote(p.SSLKey)
+		}
+	}
+	return fmt.Sprintf("host=%s port=%d user=%s password=%s dbname=%s %s",
+		kvQuote(p.Host), p.Port, kvQuote(p.User), kvQuote(p.Password), kvQuote(p.Database), ssl)
 }
 
 // String is the DSN with the password masked, safe for logs.
@@ -198,6 +221,9 @@ func LaunchPostgres(ctx context.Context, dir string, opts PostgresOptions) (pg *
 	defer cancel()
 
 	pg = &Postgres{Host: "127.0.0.1", User: "rtr", Password: randomPassword(), Database: "rtr", DataDir: lay.data}
+	if c := opts.TLS; c != nil {
+		pg.SSLRootCert, pg.SSLCert, pg.SSLKey = c.CA, c.ClientCert, c.ClientKey
+	}
 	po := procOptions{detached: opts.Detached, runAs: ra, dir: dir, logPath: lay.log, env: []string{"LC_ALL=C", "TZ=UTC"}}
 	if err := initPostgres(ctx, po, initdb, lay, pg.Password, opts); err != nil {
 		return nil, nil, fmt.Errorf("launch postgres: %w", err)
@@ -258,6 +284,16 @@ func initPostgres(ctx context.Context, po procOptions, initdb string, lay pgLayo
 		"local replication all                trust\n" +
 		"host  all         all  127.0.0.1/32  scram-sha-256\n" +
 		"host  replication all  127.0.0.1/32  scram-sha-256\n"
+	if opts.TLS != nil {
+		hba = "# written by rtrctl internal/servers (TLS only, client certificates)\n" +
+			"local   all         all                trust\n" +
+			"local   replication all                trust\n" +
+			"hostssl all         all  127.0.0.1/32  scram-sha-256 clientcert=verify-full\n" +
+			"hostssl replication all  127.0.0.1/32  scram-sha-256 clientcert=verify-full\n"
+		if err := installPGCerts(po, lay, opts.TLS); err != nil {
+			return err
+		}
+	}
 	if err := os.WriteFile(filepath.Join(lay.data, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
 		return fmt.Errorf("write pg_hba.conf: %w", err)
 	}
@@ -287,6 +323,26 @@ func initPostgres(ctx context.Context, po procOptions, initdb string, lay pgLayo
 	return nil
 }
 
+// installPGCerts copies the server certificate, its key and the CA into
+// the data directory, owned by the server's user (PostgreSQL refuses a
+// key others can read).
+func installPGCerts(po procOptions, lay pgLayout, c *Certs) error {
+	for _, f := range [][2]string{{c.ServerCert, "server.crt"}, {c.ServerKey, "server.key"}, {c.CA, "root.crt"}} {
+		b, err := os.ReadFile(f[0])
+		if err != nil {
+			return fmt.Errorf("install TLS certificates: %w", err)
+		}
+		dst := filepath.Join(lay.data, f[1])
+		if err := os.WriteFile(dst, b, 0o600); err != nil {
+			return fmt.Errorf("install TLS certificates: %w", err)
+		}
+		if err := chownTree(dst, po.runAs); err != nil {
+			return fmt.Errorf("install TLS certificates: chown %s: %w", dst, err)
+		}
+	}
+	return nil
+}
+
 // postgresSettings are the defaults for tests, overridden by opts.
 func postgresSettings(lay pgLayout, opts PostgresOptions) map[string]string {
 	s := map[string]string{
@@ -306,6 +362,12 @@ func postgresSettings(lay pgLayout, opts PostgresOptions) map[string]string {
 	}
 	if opts.WalLevel != "" {
 		s["wal_level"] = opts.WalLevel
+	}
+	if opts.TLS != nil {
+		s["ssl"] = "on"
+		s["ssl_cert_file"] = filepath.Join(lay.data, "server.crt")
+		s["ssl_key_file"] = filepath.Join(lay.data, "server.key")
+		s["ssl_ca_file"] = filepath.Join(lay.data, "root.crt")
 	}
 	for k, v := range opts.Settings {
 		s[k] = v

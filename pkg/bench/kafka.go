@@ -19,6 +19,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/ingest"
 	"github.com/rtrctl/rtrctl/pkg/store"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // Kafka defaults.
@@ -42,9 +43,9 @@ type KafkaConfig struct {
 	Envelope string
 	// Partitions of the topic created for the run.
 	Partitions int
-	// Brokers of an existing cluster; empty starts an in-process kfake
-	// broker for the run.
-	Brokers []string
+	// Upstream is an existing cluster (with its TLS and SASL); no brokers
+	// starts an in-process kfake broker for the run.
+	Upstream upstream.Kafka
 	// Topic to create (DefaultTopic); it must not exist yet.
 	Topic string
 }
@@ -76,26 +77,26 @@ func RunKafka(ctx context.Context, cfg KafkaConfig) (*Result, error) {
 	default:
 		return nil, fmt.Errorf("bench kafka: bad envelope %q (none or upsert)", cfg.Envelope)
 	}
-	brokers := cfg.Brokers
-	if len(brokers) == 0 {
+	up := cfg.Upstream
+	if len(up.Brokers) == 0 {
 		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0),
 			kfake.SeedTopics(int32(cfg.Partitions), cfg.Topic))
 		if err != nil {
 			return nil, fmt.Errorf("bench kafka: start embedded broker: %w", err)
 		}
 		defer cluster.Close()
-		brokers = cluster.ListenAddrs()
-	} else if err := createTopic(ctx, brokers, cfg.Topic, cfg.Partitions); err != nil {
+		up = upstream.ParseKafka(strings.Join(cluster.ListenAddrs(), ","))
+	} else if err := createTopic(ctx, up, cfg.Topic, cfg.Partitions); err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(cfg.Topic),
+	cl, err := kgo.NewClient(append(up.Opts(), kgo.DefaultProduceTopic(cfg.Topic),
 		kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.ProducerBatchMaxBytes(1<<20),
-		kgo.MaxBufferedRecords(1<<20), kgo.ProducerLinger(2*time.Millisecond), kgo.RequiredAcks(kgo.AllISRAcks()))
+		kgo.MaxBufferedRecords(1<<20), kgo.ProducerLinger(2*time.Millisecond), kgo.RequiredAcks(kgo.AllISRAcks()))...)
 	if err != nil {
 		return nil, fmt.Errorf("bench kafka: producer: %w", err)
 	}
 	defer cl.Close()
-	w := &kafkaLoad{cfg: cfg, brokers: brokers, cl: cl, parts: make([]partAcks, cfg.Partitions)}
+	w := &kafkaLoad{cfg: cfg, up: up, cl: cl, parts: make([]partAcks, cfg.Partitions)}
 	res := &Result{Source: "kafka", Envelope: cfg.Envelope, TargetRate: cfg.RecordsPerSecond}
 	if err := execute(ctx, cfg.Common, w, res); err != nil {
 		return nil, fmt.Errorf("bench kafka: %w", err)
@@ -107,8 +108,8 @@ func RunKafka(ctx context.Context, cfg KafkaConfig) (*Result, error) {
 }
 
 // createTopic creates topic on an external cluster; it must not exist.
-func createTopic(ctx context.Context, brokers []string, topic string, partitions int) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+func createTopic(ctx context.Context, up upstream.Kafka, topic string, partitions int) error {
+	cl, err := kgo.NewClient(up.Opts()...)
 	if err != nil {
 		return fmt.Errorf("bench kafka: create topic: %w", err)
 	}
@@ -118,10 +119,10 @@ func createTopic(ctx context.Context, brokers []string, topic string, partitions
 		err = resp.Err
 	}
 	if errors.Is(err, kerr.TopicAlreadyExists) {
-		return fmt.Errorf("bench kafka: topic %q already exists on %s: the benchmark starts from an empty topic; pass another --topic or delete it", topic, strings.Join(brokers, ","))
+		return fmt.Errorf("bench kafka: topic %q already exists on %s: the benchmark starts from an empty topic; pass another --topic or delete it", topic, up)
 	}
 	if err != nil {
-		return fmt.Errorf("bench kafka: create topic %q: %w", topic, err)
+		return fmt.Errorf("bench kafka: create topic %q: %w", topic, up.Explain(err))
 	}
 	return nil
 }
@@ -140,9 +141,9 @@ type ackPoint struct {
 }
 
 type kafkaLoad struct {
-	cfg     KafkaConfig
-	brokers []string
-	cl      *kgo.Client
+	cfg KafkaConfig
+	up  upstream.Kafka
+	cl  *kgo.Client
 
 	mu    sync.Mutex
 	parts []partAcks
@@ -156,8 +157,9 @@ func (k *kafkaLoad) what() string                    { return "records" }
 func (k *kafkaLoad) nudge(ctx context.Context) error { return nil }
 
 func (k *kafkaLoad) ingestArgs(dir string) ([]string, []string) {
-	return []string{"ingest", "--source", "kafka", "--brokers", strings.Join(k.brokers, ","), "--topics", k.cfg.Topic,
-		"--store", dir, "--envelope", k.cfg.Envelope}, nil
+	upArgs, env := k.up.Args()
+	return append(append([]string{"ingest", "--source", "kafka"}, upArgs...), "--topics", k.cfg.Topic,
+		"--store", dir, "--envelope", k.cfg.Envelope), env
 }
 
 // resumeRecords sums a Kafka frontier's offsets.

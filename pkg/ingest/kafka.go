@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
 	"github.com/rtrctl/rtrctl/pkg/store"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // Schema metadata keys a Kafka collection records, so that a restart with
@@ -32,8 +32,8 @@ const (
 
 // KafkaConfig configures an ingest of Kafka topics.
 type KafkaConfig struct {
-	// Brokers are the bootstrap brokers, host:port.
-	Brokers []string
+	// Upstream is the cluster: its bootstrap brokers, TLS and SASL.
+	Upstream upstream.Kafka
 	// Topics to ingest; each becomes the collection of the same name and
 	// its own source (KafkaSourceID).
 	Topics []string
@@ -120,14 +120,22 @@ func (k *Kafka) Open(ctx context.Context, _ *store.Store) ([]Timeline, error) {
 		}
 		k.decs[topic] = dec
 		tl := Timeline{ID: source, Kind: "kafka", Domain: frontier.DomainKafka,
-			Upstream:    map[string]string{"brokers": strings.Join(cfg.Brokers, ","), "topic": topic},
+			Upstream:    kafkaRecorded(cfg.Upstream, topic),
 			Collections: []Collection{k.collection(topic, dec)}}
-		if pr, err := probe.NewKafka(cfg.Brokers, []string{topic}); err == nil {
+		if pr, err := probe.NewKafka(cfg.Upstream, []string{topic}); err == nil {
 			tl.Prober = pr
 		}
 		tls = append(tls, tl)
 	}
 	return tls, nil
+}
+
+// kafkaRecorded is what the store records of topic's upstream: the
+// cluster (brokers and security settings, no password) and the topic.
+func kafkaRecorded(up upstream.Kafka, topic string) map[string]string {
+	r := up.Recorded()
+	r["topic"] = topic
+	return r
 }
 
 // collection is topic's collection: the decoder's columns and how they
@@ -223,7 +231,7 @@ func (k *Kafka) Stream(ctx context.Context, r StreamRequest) error {
 		partBytes = 8 << 20
 	}
 	return replicate.StreamKafka(ctx, replicate.KafkaConfig{
-		Brokers: k.cfg.Brokers, Topics: topics, MaxRecordBytes: k.cfg.MaxRecordBytes,
+		Upstream: k.cfg.Upstream, Topics: topics, MaxRecordBytes: k.cfg.MaxRecordBytes,
 		CheckInterval: k.cfg.CheckInterval, Logger: k.log, OnStart: k.cfg.OnStart,
 		// Whole partition chunks of a fetch per record: the reclocker
 		// holds them anyway, and an upsert decoder nets over a record.
@@ -245,7 +253,7 @@ func (k *Kafka) Close() error {
 // as the offsets of the consumer group, every few seconds.
 func (k *Kafka) commitGroup(ctx context.Context, ack Ack) {
 	log := k.log
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.cfg.Brokers...), kgo.DialTimeout(5*time.Second))
+	cl, err := kgo.NewClient(append(k.cfg.Upstream.Opts(), kgo.DialTimeout(5*time.Second))...)
 	if err != nil {
 		log.Warn("consumer group offsets will not be committed", "group", k.cfg.Group, "error", err)
 		return

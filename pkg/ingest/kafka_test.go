@@ -23,6 +23,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/store"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -119,7 +120,7 @@ func openStore(t testing.TB) *store.Store {
 // that covers it.
 func waitCaughtUp(t testing.TB, st *store.Store, brokers []string, prefix, topic string, within time.Duration) (uint64, frontier.Frontier) {
 	t.Helper()
-	p, err := probe.NewKafka(brokers, []string{topic})
+	p, err := probe.NewKafka(upstream.ParseKafka(strings.Join(brokers, ",")), []string{topic})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +270,7 @@ func TestKafkaIngestKcat(t *testing.T) {
 		}
 	}
 	st := openStore(t)
-	startIngest(t, st, KafkaConfig{Brokers: k.Brokers, Topics: []string{"kc"}, KeyFormat: "text", ValueFormat: "text"})
+	startIngest(t, st, KafkaConfig{Upstream: k.Upstream(), Topics: []string{"kc"}, KeyFormat: "text", ValueFormat: "text"})
 	at, f := waitCaughtUp(t, st, k.Brokers, "", "kc", 20*time.Second)
 	if f.String() != "0:2,1:1" {
 		t.Errorf("binding frontier %s, want 0:2,1:1", f)
@@ -312,7 +313,7 @@ func TestKafkaIngestTransactions(t *testing.T) {
 	ctx := context.Background()
 	var want []string
 	st := openStore(t)
-	run := startIngest(t, st, KafkaConfig{Brokers: k.Brokers, Topics: []string{"tx"}, ValueFormat: "text"})
+	run := startIngest(t, st, KafkaConfig{Upstream: k.Upstream(), Topics: []string{"tx"}, ValueFormat: "text"})
 	for i := 0; i < 9; i++ {
 		if err := cl.BeginTransaction(); err != nil {
 			t.Fatal(err)
@@ -372,7 +373,7 @@ func TestKafkaIngestFormats(t *testing.T) {
 	produce(t, cl, r("fb", "\x00\xff", []byte{0xff, 0x00, 'x'}))
 
 	st := openStore(t)
-	startIngest(t, st, KafkaConfig{Brokers: k.Brokers, Topics: []string{"fj", "fj2"}, KeyFormat: "json", ValueFormat: "json"})
+	startIngest(t, st, KafkaConfig{Upstream: k.Upstream(), Topics: []string{"fj", "fj2"}, KeyFormat: "json", ValueFormat: "json"})
 	// The bad record comes after the first one is bound: an error holds
 	// from the time that binds it, with every record bound with it.
 	waitCaughtUp(t, st, k.Brokers, "", "fj", 20*time.Second)
@@ -408,12 +409,12 @@ func TestKafkaIngestFormats(t *testing.T) {
 		[]string{"offset=0 key=7 value=[1,2]", "offset=1 key=null value=null", `offset=2 key=8 value={"later":true}`})
 
 	st2 := openStore(t)
-	startIngest(t, st2, KafkaConfig{Brokers: k.Brokers, Topics: []string{"ft"}, KeyFormat: "text", ValueFormat: "text"})
+	startIngest(t, st2, KafkaConfig{Upstream: k.Upstream(), Topics: []string{"ft"}, KeyFormat: "text", ValueFormat: "text"})
 	at, _ := waitCaughtUp(t, st2, k.Brokers, "", "ft", 20*time.Second)
 	sameLines(t, "ft", readAt(t, st2, "ft", at, "partition", "offset", "timestamp", "header_keys", "header_values"), []string{"key=null value=plain text"})
 
 	st3 := openStore(t)
-	startIngest(t, st3, KafkaConfig{Brokers: k.Brokers, Topics: []string{"fb"}})
+	startIngest(t, st3, KafkaConfig{Upstream: k.Upstream(), Topics: []string{"fb"}})
 	at, _ = waitCaughtUp(t, st3, k.Brokers, "", "fb", 20*time.Second)
 	sameLines(t, "fb", readAt(t, st3, "fb", at, "partition", "offset", "timestamp", "header_keys", "header_values"), []string{`key="\x00\xff" value="\xff\x00x"`})
 }
@@ -425,7 +426,7 @@ func TestKafkaIngestErrors(t *testing.T) {
 	st := openStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	err := Run(ctx, NewKafka(KafkaConfig{Brokers: k.Brokers, Topics: []string{"no-such-topic-xyz"}}), st, Options{CompactEvery: -1})
+	err := Run(ctx, NewKafka(KafkaConfig{Upstream: k.Upstream(), Topics: []string{"no-such-topic-xyz"}}), st, Options{CompactEvery: -1})
 	if err == nil || !strings.Contains(err.Error(), `topic "no-such-topic-xyz" does not exist`) {
 		t.Fatalf("missing topic: %v", err)
 	}
@@ -433,16 +434,16 @@ func TestKafkaIngestErrors(t *testing.T) {
 	topic := fmt.Sprintf("env-switch-%d", time.Now().UnixNano()) // the shared broker outlives a test
 	createTopic(t, k.Brokers, topic, 1)
 	produce(t, producer(t, k.Brokers), &kgo.Record{Topic: topic, Key: []byte("a"), Value: []byte("1")})
-	run := startIngest(t, st, KafkaConfig{Brokers: k.Brokers, Topics: []string{topic}})
+	run := startIngest(t, st, KafkaConfig{Upstream: k.Upstream(), Topics: []string{topic}})
 	waitCaughtUp(t, st, k.Brokers, "", topic, 20*time.Second)
-	err = Run(ctx, NewKafka(KafkaConfig{Brokers: k.Brokers, Topics: []string{topic}}), st, Options{CompactEvery: -1})
+	err = Run(ctx, NewKafka(KafkaConfig{Upstream: k.Upstream(), Topics: []string{topic}}), st, Options{CompactEvery: -1})
 	if !errors.Is(err, store.ErrLocked) {
 		t.Fatalf("second ingest: %v, want ErrLocked", err)
 	}
 	if err := run.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	err = Run(ctx, NewKafka(KafkaConfig{Brokers: k.Brokers, Topics: []string{topic}, Envelope: "upsert"}), st, Options{CompactEvery: -1})
+	err = Run(ctx, NewKafka(KafkaConfig{Upstream: k.Upstream(), Topics: []string{topic}, Envelope: "upsert"}), st, Options{CompactEvery: -1})
 	if err == nil || !strings.Contains(err.Error(), "different schema") && !strings.Contains(err.Error(), "--envelope none") {
 		t.Fatalf("restart with another envelope: %v", err)
 	}
@@ -466,7 +467,7 @@ func TestKafkaIngestUpsertRestart(t *testing.T) {
 	for round := 0; round < 4; round++ {
 		start := map[int32]int64{}
 		starts = append(starts, start)
-		run := startIngest(t, st, KafkaConfig{Brokers: k.Brokers, Topics: []string{"up"}, Envelope: "upsert", KeyFormat: "text", ValueFormat: "text",
+		run := startIngest(t, st, KafkaConfig{Upstream: k.Upstream(), Topics: []string{"up"}, Envelope: "upsert", KeyFormat: "text", ValueFormat: "text",
 			OnStart: func(topic string, p int32, off int64) { mu.Lock(); start[p] = off; mu.Unlock() }})
 		for i := 0; i < 60; i++ {
 			key := fmt.Sprintf("k%d", next(8))
@@ -643,7 +644,7 @@ func benchKafkaIngest(b *testing.B, brokers []string, topic string, records, par
 			for i := 0; i < b.N; i++ {
 				st := openStore(b)
 				start := time.Now()
-				run := startIngest(b, st, KafkaConfig{Brokers: brokers, Topics: []string{topic}, Envelope: env, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, Options{Interval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+				run := startIngest(b, st, KafkaConfig{Upstream: upstream.ParseKafka(strings.Join(brokers, ",")), Topics: []string{topic}, Envelope: env, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, Options{Interval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 				waitCaughtUp(b, st, brokers, "", topic, 5*time.Minute)
 				took += time.Since(start)
 				if err := run.stop(b); err != nil {
@@ -688,7 +689,7 @@ func TestKafkaUpsertReplayAcrossBindings(t *testing.T) {
 	if _, err := st.AppendBindings(ctx, src, 0, t1+1, []frontier.Binding{{Time: t1, Frontier: frontier.KafkaOffsets(map[int32]int64{0: 2})}}); err != nil {
 		t.Fatal(err)
 	}
-	run := startIngest(t, st, KafkaConfig{Brokers: k.Brokers, Topics: []string{"ups"}, Envelope: "upsert",
+	run := startIngest(t, st, KafkaConfig{Upstream: k.Upstream(), Topics: []string{"ups"}, Envelope: "upsert",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t2, _ := waitCaughtUp(t, st, k.Brokers, "", "ups", time.Minute)
 	if err := run.stop(t); err != nil {

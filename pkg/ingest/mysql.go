@@ -79,7 +79,7 @@ func (m *MySQL) Open(ctx context.Context, _ *store.Store) ([]Timeline, error) {
 		kind = "mariadb"
 	}
 	m.schemas, m.tables = map[string]*myarrow.Table{}, nil
-	tl := Timeline{ID: cfg.Source, Kind: kind, Domain: srv.Domain(), Upstream: map[string]string{"dsn": srv.Upstream.String()}}
+	tl := Timeline{ID: cfg.Source, Kind: kind, Domain: srv.Domain(), Upstream: map[string]string{"dsn": srv.Upstream.Recorded()}}
 	for _, name := range cfg.Tables {
 		db, tn, err := myarrow.ParseName(name)
 		if err != nil {

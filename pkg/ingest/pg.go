@@ -148,7 +148,7 @@ func (p *PG) Open(ctx context.Context, st *store.Store) ([]Timeline, error) {
 		return nil, fmt.Errorf("ingest %s: %w", cfg.Source, err)
 	}
 	tl := Timeline{ID: cfg.Source, Kind: "pg", Domain: frontier.DomainLSN,
-		Upstream: map[string]string{"dsn": cfg.Upstream.String(), "publication": cfg.Publication, "slot": cfg.Slot}}
+		Upstream: map[string]string{"dsn": cfg.Upstream.Recorded(), "publication": cfg.Publication, "slot": cfg.Slot}}
 	p.tables = map[string]bool{}
 	p.tabs = map[string]*pgarrow.Table{}
 	p.states, p.errored = nil, nil

@@ -75,7 +75,7 @@ func everySource() []sourceCase {
 			for i := 0; i < rows; i++ {
 				produce(t, cl, &kgo.Record{Topic: topic, Partition: int32(i % 2), Value: []byte("x")})
 			}
-			return NewKafka(KafkaConfig{Brokers: k.Brokers, Topics: []string{topic}, Logger: quietLog()}), KafkaSourceID("", topic), topic
+			return NewKafka(KafkaConfig{Upstream: k.Upstream(), Topics: []string{topic}, Logger: quietLog()}), KafkaSourceID("", topic), topic
 		}, upstreamOK: func(ps []string) bool { return slices.Equal(ps, []string{"0", "1"}) }},
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -19,6 +18,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/kafkafmt"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // DefaultMaxRecordBytes is the default bound on one record's key, value
@@ -40,8 +40,8 @@ type KafkaTopic struct {
 
 // KafkaConfig configures StreamKafka.
 type KafkaConfig struct {
-	// Brokers are the bootstrap brokers, host:port.
-	Brokers []string
+	// Upstream is the cluster: its bootstrap brokers, TLS and SASL.
+	Upstream upstream.Kafka
 	// Topics to read; each is its own collection and its own progress.
 	Topics []KafkaTopic
 	// MaxRecordBytes bounds one record (key + value + headers); a larger
@@ -122,7 +122,7 @@ type kafkaStreamer struct {
 // RetryFor; later, the client reconnects by itself, and RetryFor bounds
 // how long the periodic metadata check may keep failing.
 func StreamKafka(ctx context.Context, cfg KafkaConfig, sink pipe.Sink) error {
-	if len(cfg.Brokers) == 0 {
+	if len(cfg.Upstream.Brokers) == 0 {
 		return hint.Wrap(errors.New("replicate kafka: no brokers given"), "pass --brokers host:port (or set RTR_KAFKA_BROKERS)")
 	}
 	if len(cfg.Topics) == 0 {
@@ -171,9 +171,9 @@ func StreamKafka(ctx context.Context, cfg KafkaConfig, sink pipe.Sink) error {
 		s.names = append(s.names, t.Name)
 	}
 	sort.Strings(s.names)
-	admCl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.DialTimeout(5*time.Second), kgo.RequestRetries(2), kgo.RetryTimeout(10*time.Second), metaAge)
+	admCl, err := kgo.NewClient(append(cfg.Upstream.Opts(), kgo.DialTimeout(5*time.Second), kgo.RequestRetries(2), kgo.RetryTimeout(10*time.Second), metaAge)...)
 	if err != nil {
-		return hint.Wrap(fmt.Errorf("replicate kafka %s: %w", strings.Join(cfg.Brokers, ","), err), "check --brokers (host:port,...)")
+		return hint.Wrap(fmt.Errorf("replicate kafka %s: %w", cfg.Upstream.String(), err), "check --brokers (host:port,...)")
 	}
 	s.admCl, s.adm = admCl, kadm.NewClient(admCl)
 	defer admCl.Close()
@@ -196,9 +196,14 @@ func parsePartition(p string) (int32, error) {
 func (s *kafkaStreamer) run(ctx context.Context) error {
 	// 1. Metadata and offsets, retried until the brokers answer.
 	policy := retry.Policy{For: s.cfg.RetryFor, Initial: 200 * time.Millisecond, Max: s.cfg.MaxBackoff,
-		Logger: s.log.With("brokers", strings.Join(s.cfg.Brokers, ",")), What: "replicate kafka"}
+		Logger: s.log.With("brokers", s.cfg.Upstream.String()), What: "replicate kafka"}
 	err := retry.Do(ctx, policy, func(ctx context.Context) error {
-		return s.classify(s.check(ctx, true))
+		err := s.check(ctx, true)
+		if s.cfg.Upstream.PlainOnTLS(err) {
+			// Not a broker going away: the listener wants TLS.
+			return retry.Permanent(s.cfg.Upstream.Explain(fmt.Errorf("replicate kafka %s: %w", s.cfg.Upstream.String(), err)))
+		}
+		return s.classify(err)
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -222,9 +227,8 @@ func (s *kafkaStreamer) run(ctx context.Context) error {
 		assign[name] = s.newAssignments(st)
 	}
 	maxRead := int32(min(max(100<<20, 2*s.cfg.MaxRecordBytes+(1<<20)), 1<<30))
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(s.cfg.Brokers...),
-		kgo.DialTimeout(5 * time.Second),
+	opts := append(s.cfg.Upstream.Opts(),
+		kgo.DialTimeout(5*time.Second),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
 		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
@@ -233,14 +237,14 @@ func (s *kafkaStreamer) run(ctx context.Context) error {
 		kgo.FetchMaxBytes(min(maxRead, 50<<20)),
 		kgo.MaxDecompressBatchBytes(int(maxRead)),
 		s.metaAge,
-	}
+	)
 	if s.cfg.FetchPartitionBytes > 0 {
 		opts = append(opts, kgo.FetchMaxPartitionBytes(s.cfg.FetchPartitionBytes))
 	}
 	opts = append(opts, s.cfg.ClientOpts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return hint.Wrap(fmt.Errorf("replicate kafka %s: %w", strings.Join(s.cfg.Brokers, ","), err), "check --brokers (host:port,...)")
+		return hint.Wrap(fmt.Errorf("replicate kafka %s: %w", s.cfg.Upstream.String(), err), "check --brokers (host:port,...)")
 	}
 	s.cl = cl
 	for _, name := range s.names {
@@ -434,9 +438,11 @@ func (s *kafkaStreamer) classify(err error) error {
 	if _, ok := errors.AsType[*definiteError](err); ok {
 		return retry.Permanent(err)
 	}
-	if retry.IsPermanent(err) {
-		return retry.Permanent(hint.Wrap(fmt.Errorf("replicate kafka %s: %w", strings.Join(s.cfg.Brokers, ","), err),
-			"check the credentials and ACLs of the client (SASL options) for the topics"))
+	if retry.IsPermanent(err) || s.cfg.Upstream.AuthFailed(err) {
+		if err = s.cfg.Upstream.Explain(err); hint.Of(err) == "" {
+			err = hint.Wrap(err, "check the credentials and ACLs of the client (SASL options) for the topics")
+		}
+		return retry.Permanent(fmt.Errorf("replicate kafka %s: %w", s.cfg.Upstream.String(), err))
 	}
 	return retry.MarkTransient(err)
 }
@@ -491,8 +497,8 @@ func (s *kafkaStreamer) check(ctx context.Context, first bool) error {
 			}
 			if errors.Is(terr, kerr.UnknownTopicOrPartition) {
 				if first {
-					return definite(hint.Wrap(fmt.Errorf("replicate kafka: topic %q does not exist on %s: %w", name, strings.Join(s.cfg.Brokers, ","), terr),
-						"check --topics; list the topics with: kcat -L -b "+s.cfg.Brokers[0]))
+					return definite(hint.Wrap(fmt.Errorf("replicate kafka: topic %q does not exist on %s: %w", name, s.cfg.Upstream.String(), terr),
+						"check --topics; list the topics with: kcat -L -b "+s.cfg.Upstream.Brokers[0]))
 				}
 				return definite(hint.Wrap(fmt.Errorf("replicate kafka: topic %q was deleted: %w", name, terr), recreatedHint))
 			}

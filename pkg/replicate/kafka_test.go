@@ -20,6 +20,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/kafkafmt"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // kafkaCollect is a KafkaSink that remembers everything.
@@ -129,7 +130,7 @@ func TestStreamKafkaPartitionsAndRecreation(t *testing.T) {
 	sink := &kafkaCollect{}
 	var mu sync.Mutex
 	starts := map[int32]int64{}
-	cancel, done := streamAsync(t, KafkaConfig{Brokers: k.Brokers, CheckInterval: 100 * time.Millisecond,
+	cancel, done := streamAsync(t, KafkaConfig{Upstream: k.Upstream(), CheckInterval: 100 * time.Millisecond,
 		Topics:  []KafkaTopic{{Name: "grow", Decoder: textDecoder(t, "grow")}},
 		OnStart: func(_ string, p int32, off int64) { mu.Lock(); starts[p] = off; mu.Unlock() }}, sink)
 	waitProgress(t, sink, "grow", frontier.KafkaOffsets(map[int32]int64{0: 1}))
@@ -176,12 +177,12 @@ func TestStreamKafkaPartitionsAndRecreation(t *testing.T) {
 	start := frontier.KafkaOffsets(map[int32]int64{0: 1, 1: 1, 2: 1})
 	cctx, ccancel := context.WithTimeout(ctx, 20*time.Second)
 	defer ccancel()
-	err := StreamKafka(cctx, KafkaConfig{Brokers: k.Brokers, Topics: []KafkaTopic{{Name: "grow", Start: start, Decoder: textDecoder(t, "grow")}}}, &kafkaCollect{})
+	err := StreamKafka(cctx, KafkaConfig{Upstream: k.Upstream(), Topics: []KafkaTopic{{Name: "grow", Start: start, Decoder: textDecoder(t, "grow")}}}, &kafkaCollect{})
 	if err == nil || !strings.Contains(err.Error(), "offsets went backwards") || !strings.Contains(hint.Of(err), "recreated") {
 		t.Fatalf("resume on a recreated topic: %v (hint %q)", err, hint.Of(err))
 	}
 	start = frontier.KafkaOffsets(map[int32]int64{5: 1})
-	err = StreamKafka(cctx, KafkaConfig{Brokers: k.Brokers, Topics: []KafkaTopic{{Name: "grow", Start: start, Decoder: textDecoder(t, "grow")}}}, &kafkaCollect{})
+	err = StreamKafka(cctx, KafkaConfig{Upstream: k.Upstream(), Topics: []KafkaTopic{{Name: "grow", Start: start, Decoder: textDecoder(t, "grow")}}}, &kafkaCollect{})
 	if err == nil || !strings.Contains(err.Error(), "partition 5 was consumed before") {
 		t.Fatalf("resume with a partition that is gone: %v", err)
 	}
@@ -202,7 +203,7 @@ func TestStreamKafkaLimits(t *testing.T) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	err := StreamKafka(cctx, KafkaConfig{Brokers: k.Brokers, MaxRecordBytes: 50, Topics: []KafkaTopic{{Name: topic, Decoder: textDecoder(t, topic)}}}, &kafkaCollect{})
+	err := StreamKafka(cctx, KafkaConfig{Upstream: k.Upstream(), MaxRecordBytes: 50, Topics: []KafkaTopic{{Name: topic, Decoder: textDecoder(t, topic)}}}, &kafkaCollect{})
 	if err == nil || !strings.Contains(err.Error(), "larger than the limit of 50 bytes") || !strings.Contains(hint.Of(err), "--max-record-bytes") {
 		t.Fatalf("big record: %v (hint %q)", err, hint.Of(err))
 	}
@@ -212,7 +213,7 @@ func TestStreamKafkaLimits(t *testing.T) {
 	lw := writerFunc(func(p []byte) (int, error) { lmu.Lock(); defer lmu.Unlock(); return logs.Write(p) })
 	uctx, ucancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 	defer ucancel()
-	err = StreamKafka(uctx, KafkaConfig{Brokers: []string{"127.0.0.1:1"}, MaxBackoff: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(lw, nil)),
+	err = StreamKafka(uctx, KafkaConfig{Upstream: upstream.ParseKafka("127.0.0.1:1"), MaxBackoff: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(lw, nil)),
 		Topics: []KafkaTopic{{Name: topic, Decoder: textDecoder(t, topic)}}}, &kafkaCollect{})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("unreachable brokers: %v, want the context's deadline", err)
@@ -251,7 +252,7 @@ func TestStreamKafkaTailProbe(t *testing.T) {
 	}
 	// Offsets 0 and 1 are aborted data, 2 the abort marker; the end is 3.
 	sink := &kafkaCollect{}
-	streamAsync(t, KafkaConfig{Brokers: k.Brokers, Topics: []KafkaTopic{{Name: topic, Decoder: textDecoder(t, topic)}}}, sink)
+	streamAsync(t, KafkaConfig{Upstream: k.Upstream(), Topics: []KafkaTopic{{Name: topic, Decoder: textDecoder(t, topic)}}}, sink)
 	waitProgress(t, sink, topic, frontier.KafkaOffsets(map[int32]int64{0: 3}))
 	if len(sink.rows) != 0 {
 		t.Errorf("aborted records delivered: %v", sink.rows)

@@ -608,6 +608,7 @@ func (s *myStreamer) session(ctx context.Context) (started bool, err error) {
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID: s.cfg.ServerID, Flavor: flavor,
 		Host: s.srv.Upstream.Host(), Port: uint16(s.srv.Upstream.Port()), User: s.srv.Upstream.User(), Password: s.srv.Upstream.Password(),
+		TLSConfig:       s.srv.Upstream.BinlogTLS(s.srv.Conn),
 		HeartbeatPeriod: s.cfg.HeartbeatPeriod, DisableRetrySync: true, TimestampStringLocation: time.UTC,
 		Logger: quiet, DiscardGTIDSet: true,
 		SynchronousEventHandler: handlerFunc(func(e *replication.BinlogEvent) error {

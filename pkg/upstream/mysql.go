@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"maps"
@@ -17,22 +18,32 @@ import (
 
 // MySQL is a parsed MySQL/MariaDB connection string.
 type MySQL struct {
-	d dsn.MySQL
+	d   dsn.MySQL
+	tls mysqlTLS
 }
 
 // ParseMySQL parses either DSN form, user:pass@tcp(host:port)/db or
-// mysql://user:pass@host:port/db (internal/dsn). Errors carry a hint and
-// never contain the password.
+// mysql://user:pass@host:port/db (internal/dsn), with its TLS parameters
+// (mysql_tls.go). Errors carry a hint and never contain the password.
 func ParseMySQL(s string) (*MySQL, error) {
 	d, err := dsn.ParseMySQL(s)
 	if err != nil {
 		return nil, hint.Wrap(err, "use user:pass@tcp(host:3306)/db or mysql://user:pass@host:3306/db (or set RTR_MYSQL_DSN)")
 	}
-	return &MySQL{d: d}, nil
+	t, err := parseMySQLTLS(d)
+	if err != nil {
+		return nil, fmt.Errorf("parse mysql dsn %s: %w", d, err)
+	}
+	return &MySQL{d: d, tls: t}, nil
 }
 
 // String prints the upstream in URL form with the password masked.
 func (m *MySQL) String() string { return m.d.String() }
+
+// Recorded is the form an ingest records in the store: String with the
+// TLS parameters (file names and mode, no secrets), so that a prober of
+// the recorded upstream connects as the ingest did.
+func (m *MySQL) Recorded() string { return m.d.String() + m.tls.query() }
 
 // Addr is host:port.
 func (m *MySQL) Addr() string { return m.d.Addr() }
@@ -61,12 +72,19 @@ func (m *MySQL) Params() map[string]string { return maps.Clone(m.d.Params) }
 // scrubbed of the password.
 func (m *MySQL) Connect(ctx context.Context) (*client.Conn, error) {
 	d := m.d
-	conn, err := client.ConnectWithContext(ctx, d.Addr(), d.User, d.Password, d.Database, 10*time.Second)
+	conn, err := m.connect(ctx, m.tls.cfg)
+	if err != nil && m.tls.mode == tlsPreferred && errors.Is(err, errNoServerTLS) {
+		// preferred: plaintext when the server offers no TLS.
+		conn, err = m.connect(ctx, nil)
+	}
 	if err == nil {
 		return conn, nil
 	}
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("connect to %s: %w", d, ctx.Err())
+	}
+	if err := m.explainTLS(ctx, err); err != nil {
+		return nil, err
 	}
 	var myErr *mysql.MyError
 	if errors.As(err, &myErr) && myErr.Code == mysql.ER_ACCESS_DENIED_ERROR {
@@ -77,6 +95,20 @@ func (m *MySQL) Connect(ctx context.Context) (*client.Conn, error) {
 	// retry a refused connection or a server shutting down.
 	return nil, hint.Wrap(fmt.Errorf("connect to %s: %w: %w", d, ErrConnect, dsn.ScrubError(err, d.Password)),
 		fmt.Sprintf("is the MySQL/MariaDB server running and reachable at %s? check --dsn (or RTR_MYSQL_DSN)", d.Addr()))
+}
+
+// connect opens a connection, with TLS when cfg is set.
+func (m *MySQL) connect(ctx context.Context, cfg *tls.Config) (*client.Conn, error) {
+	d := m.d
+	var opts []client.Option
+	if cfg != nil {
+		opts = append(opts, func(c *client.Conn) error { c.SetTLSConfig(cfg.Clone()); return nil })
+	}
+	conn, err := client.ConnectWithContext(ctx, d.Addr(), d.User, d.Password, d.Database, 10*time.Second, opts...)
+	if err != nil && cfg != nil && strings.Contains(err.Error(), "does not support TLS") {
+		err = fmt.Errorf("%w: %w", errNoServerTLS, err)
+	}
+	return conn, err
 }
 
 // Execute runs one statement, honouring ctx by closing the connection when

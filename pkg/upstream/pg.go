@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -19,6 +22,8 @@ import (
 // ConnConfig hands out copies and With derives a new one.
 type Postgres struct {
 	cfg *pgx.ConnConfig
+	// ssl are the DSN's (or environment's) TLS parameters, for Recorded.
+	ssl url.Values
 }
 
 // ParsePostgres parses a PostgreSQL DSN, a URL or key=value; empty means
@@ -43,7 +48,54 @@ func ParsePostgres(dsnStr string) (*Postgres, error) {
 		return nil, hint.Wrap(fmt.Errorf("parse postgres dsn %q: the password holds an unescaped '@': %w", dsn.MaskPG(dsnStr), dsn.ErrMalformed),
 			"write '@' in a URL's password as %40 (or use the key=value form, or PGPASSWORD)")
 	}
-	return &Postgres{cfg: cfg}, nil
+	return &Postgres{cfg: cfg, ssl: sslParams(dsnStr)}, nil
+}
+
+// pgSSLParams are the TLS parameters a recorded DSN keeps (not
+// sslpassword, a secret), with their environment variables.
+var pgSSLParams = [][2]string{{"sslmode", "PGSSLMODE"}, {"sslrootcert", "PGSSLROOTCERT"}, {"sslcert", "PGSSLCERT"}, {"sslkey", "PGSSLKEY"}, {"sslsni", "PGSSLSNI"}}
+
+var kvParam = regexp.MustCompile(`(\w+)\s*=\s*('(?:[^'\\]|\\.)*'|\S*)`)
+
+// sslParams reads the TLS parameters of a URL or key=value DSN, else of
+// the environment (as pgx does).
+func sslParams(dsnStr string) url.Values {
+	given := map[string]string{}
+	if u, err := url.Parse(dsnStr); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		for k, v := range u.Query() {
+			given[k] = v[0]
+		}
+	} else {
+		for _, m := range kvParam.FindAllStringSubmatch(dsnStr, -1) {
+			v := m[2]
+			if strings.HasPrefix(v, "'") && len(v) >= 2 {
+				v = strings.NewReplacer(`\'`, `'`, `\\`, `\`).Replace(v[1 : len(v)-1])
+			}
+			given[m[1]] = v
+		}
+	}
+	q := url.Values{}
+	for _, p := range pgSSLParams {
+		v, ok := given[p[0]]
+		if !ok {
+			v = os.Getenv(p[1])
+		}
+		if v != "" {
+			q.Set(p[0], v)
+		}
+	}
+	return q
+}
+
+// Recorded is the form an ingest records in the store: String with the
+// DSN's TLS parameters (sslmode, sslrootcert, sslcert, sslkey: file
+// names, no secrets), so that a prober of the recorded upstream connects
+// as the ingest did.
+func (p *Postgres) Recorded() string {
+	if len(p.ssl) == 0 {
+		return p.String()
+	}
+	return p.String() + "?" + p.ssl.Encode()
 }
 
 // String prints the upstream as a URL without its password (and without
@@ -89,7 +141,7 @@ func (p *Postgres) With(edit func(*pgx.ConnConfig)) *Postgres {
 		cfg.RuntimeParams = map[string]string{}
 	}
 	edit(cfg)
-	return &Postgres{cfg: cfg}
+	return &Postgres{cfg: cfg, ssl: p.ssl}
 }
 
 // Connect opens a connection and turns the usual failures into errors
@@ -114,7 +166,19 @@ func (p *Postgres) Connect(ctx context.Context) (*pgx.Conn, error) {
 		// "connect: connection refused", without pgx's per-address list.
 		cause = &dsn.Error{Msg: dsn.Scrub(opErr.Err.Error(), cfg.Password), Causes: []error{err}}
 	}
+	if h := TLSHint(err, "sslrootcert in --dsn", "the host in --dsn"); h != "" {
+		return nil, hint.Wrap(fmt.Errorf("connect to %s: %w: TLS: %w", masked, ErrConnect, cause), h)
+	}
 	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "28000" && strings.Contains(pgErr.Message, "no encryption") {
+		// pg_hba.conf has only hostssl lines for this client.
+		return nil, hint.Wrap(dsn.WithCause(fmt.Errorf("connect to %s: %w: the server accepts only TLS connections here", masked, ErrConnect), err, cfg.Password),
+			"connect with TLS: add sslmode=verify-full&sslrootcert=/path/ca.pem (and sslcert/sslkey if the server wants a client certificate) to --dsn")
+	}
+	if errors.As(err, &pgErr) && pgErr.Code == "28000" && (strings.Contains(pgErr.Message, "client certificate") || strings.Contains(pgErr.Message, "certificate authentication")) {
+		return nil, hint.Wrap(dsn.WithCause(fmt.Errorf("connect to %s: %w: the server wants a valid client certificate for user %q: %s", masked, ErrAuth, cfg.User, pgErr.Message), err, cfg.Password),
+			"add sslcert=/path/client.pem&sslkey=/path/client-key.pem to --dsn: a certificate signed by the server's ssl_ca_file CA, whose common name is the user")
+	}
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case "28P01", "28000":

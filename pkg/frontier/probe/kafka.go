@@ -16,14 +16,15 @@ import (
 
 	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // Kafka probes the last stable offset (read_committed end) of every
 // partition of one topic. Its frontier's partitions are the partition
 // numbers ("0", "1", ...).
 type Kafka struct {
-	brokers []string
-	topic   string
+	up    upstream.Kafka
+	topic string
 
 	mu  sync.Mutex
 	cl  *kgo.Client
@@ -31,14 +32,14 @@ type Kafka struct {
 }
 
 // NewKafka checks the arguments without connecting.
-func NewKafka(brokers, topics []string) (*Kafka, error) {
-	if len(brokers) == 0 {
+func NewKafka(up upstream.Kafka, topics []string) (*Kafka, error) {
+	if len(up.Brokers) == 0 {
 		return nil, hint.Wrap(errors.New("kafka probe: no brokers given"), "pass --brokers host:port (or set RTR_KAFKA_BROKERS)")
 	}
 	if len(topics) != 1 || topics[0] == "" {
 		return nil, hint.Wrap(fmt.Errorf("kafka probe: want exactly one topic, got %d", len(topics)), "pass --topic NAME")
 	}
-	return &Kafka{brokers: brokers, topic: topics[0]}, nil
+	return &Kafka{up: up, topic: topics[0]}, nil
 }
 
 // Probe returns the per-partition last stable offsets of the topic.
@@ -46,14 +47,13 @@ func (k *Kafka) Probe(ctx context.Context) (Result, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.cl == nil {
-		cl, err := kgo.NewClient(
-			kgo.SeedBrokers(k.brokers...),
+		cl, err := kgo.NewClient(append(k.up.Opts(),
 			kgo.DialTimeout(5*time.Second),
 			kgo.RequestRetries(2),
 			kgo.RetryTimeout(10*time.Second),
-		)
+		)...)
 		if err != nil {
-			return Result{}, hint.Wrap(fmt.Errorf("probe kafka %s: %w", strings.Join(k.brokers, ","), err), "check --brokers (host:port,...)")
+			return Result{}, hint.Wrap(fmt.Errorf("probe kafka %s: %w", k.up.String(), err), "check --brokers (host:port,...)")
 		}
 		k.cl, k.adm = cl, kadm.NewClient(cl)
 	}
@@ -63,14 +63,17 @@ func (k *Kafka) Probe(ctx context.Context) (Result, error) {
 	}
 	if err != nil {
 		if errors.Is(err, kerr.UnknownTopicOrPartition) {
-			return Result{}, hint.Wrap(fmt.Errorf("probe kafka: topic %q does not exist on %s: %w", k.topic, strings.Join(k.brokers, ","), err),
-				"check the topic name (list topics with: kcat -L -b "+k.brokers[0]+")")
+			return Result{}, hint.Wrap(fmt.Errorf("probe kafka: topic %q does not exist on %s: %w", k.topic, k.up.String(), err),
+				"check the topic name (list topics with: kcat -L -b "+k.up.Brokers[0]+")")
 		}
 		k.closeLocked()
 		if ctx.Err() != nil {
-			return Result{}, fmt.Errorf("probe kafka %s: %w", strings.Join(k.brokers, ","), ctx.Err())
+			return Result{}, fmt.Errorf("probe kafka %s: %w", k.up.String(), ctx.Err())
 		}
-		return Result{}, hint.Wrap(fmt.Errorf("probe kafka %s: %w", strings.Join(k.brokers, ","), err),
+		if err := k.up.Explain(err); hint.Of(err) != "" {
+			return Result{}, fmt.Errorf("probe kafka %s: %w", k.up.String(), err)
+		}
+		return Result{}, hint.Wrap(fmt.Errorf("probe kafka %s: %w", k.up.String(), err),
 			"is the broker running and reachable? check --brokers (or RTR_KAFKA_BROKERS)")
 	}
 	next := map[int32]int64{}
