@@ -240,7 +240,7 @@ func (s *pgStreamer) session(ctx context.Context, first bool, started *bool) err
 	}
 	start := s.cfg.StartLSN
 	if !first {
-		start = s.dec.upper
+		start = max(s.dec.upper, s.dec.resume)
 	}
 	if err := s.check(ctx, first, &start); err != nil {
 		return err

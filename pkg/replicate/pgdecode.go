@@ -77,6 +77,11 @@ type decoder struct {
 	key  []byte // scratch: an encoded key
 
 	upper frontier.LSN // last progress reported
+	// resume is where a new connection starts: everything before it has
+	// been handed over. It is ahead of upper while the limit holds
+	// progress back; starting at upper then would have the server send
+	// transactions already handed over again.
+	resume frontier.LSN
 
 	inTxn   bool
 	txnLSN  frontier.LSN // commit LSN of the open transaction
@@ -109,6 +114,7 @@ func newDecoder(sink pipe.Sink, mem memory.Allocator, resolve resolveFunc, keySt
 // progress reports upper if it is beyond the last one, and notes when
 // StopAt has been passed.
 func (d *decoder) progress(upper frontier.LSN) error {
+	d.resume = max(d.resume, upper)
 	if d.limit != nil {
 		lim, err := d.limit(upper)
 		if err != nil {
