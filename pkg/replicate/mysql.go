@@ -546,6 +546,12 @@ func (s *myStreamer) classify(err error) error {
 	if errors.Is(err, ErrBinlogSettings) || errors.Is(err, ErrPurged) {
 		return retry.Permanent(err)
 	}
+	if my, ok := errors.AsType[*mysql.MyError](err); ok && (my.Code == mysql.ER_SPECIFIC_ACCESS_DENIED_ERROR || my.Code == mysql.ER_ACCESS_DENIED_ERROR) && hint.Of(err) == "" {
+		// The binlog dump needs privileges a plain SELECT user lacks.
+		user := s.srv.Upstream.User()
+		return retry.Permanent(hint.Wrap(fmt.Errorf("replicate mysql: the binlog stream was refused: %w", err),
+			fmt.Sprintf("run as an administrator: GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '%s'@'%%' (MariaDB 10.5+: also BINLOG MONITOR; MySQL 8: REPLICATION SLAVE, REPLICATION CLIENT)", user)))
+	}
 	return err
 }
 

@@ -249,7 +249,11 @@ func (s *pgStreamer) session(ctx context.Context, first bool, started *bool) err
 	rc.RuntimeParams["replication"] = "database"
 	conn, err := pgconn.ConnectConfig(ctx, rc)
 	if err != nil {
-		return fmt.Errorf("replicate postgres: connect to %s for replication: %w: %w", s.pg, dsn.ScrubError(err, s.pg.Password()), errConnect)
+		err = fmt.Errorf("replicate postgres: connect to %s for replication: %w: %w", s.pg, dsn.ScrubError(err, s.pg.Password()), errConnect)
+		if h := upstream.PrivilegeHint(err, rc.User, rc.Database); h != "" {
+			return hint.Wrap(err, h)
+		}
+		return err
 	}
 	defer conn.Close(context.Background())
 	pub := "'" + strings.ReplaceAll(s.cfg.Publication, "'", "''") + "'"

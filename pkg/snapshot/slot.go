@@ -15,6 +15,7 @@ import (
 
 	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // slotName is what PostgreSQL accepts as a replication slot name.
@@ -50,7 +51,11 @@ func EnsureSlot(ctx context.Context, conn *pgx.Conn, name string) (start frontie
 	_, err = conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", name)
 	var pgErr *pgconn.PgError
 	if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42710") { // duplicate_object: created meanwhile
-		return 0, false, fmt.Errorf("create replication slot %s: %w", name, err)
+		err = fmt.Errorf("create replication slot %s: %w", name, err)
+		if h := upstream.PrivilegeHint(err, conn.Config().User, conn.Config().Database); h != "" {
+			err = hint.Wrap(err, h)
+		}
+		return 0, false, err
 	}
 	created = err == nil
 	start, found, err = readSlot(ctx, conn, name)

@@ -87,9 +87,18 @@ func (m *MySQL) Connect(ctx context.Context) (*client.Conn, error) {
 		return nil, err
 	}
 	var myErr *mysql.MyError
-	if errors.As(err, &myErr) && myErr.Code == mysql.ER_ACCESS_DENIED_ERROR {
-		return nil, hint.Wrap(dsn.WithCause(fmt.Errorf("connect to %s: %w: access denied for user %q", d, ErrAuth, d.User), err, d.Password),
-			"check the user and password in --dsn (or RTR_MYSQL_DSN)")
+	if errors.As(err, &myErr) {
+		switch myErr.Code {
+		case mysql.ER_ACCESS_DENIED_ERROR:
+			return nil, hint.Wrap(dsn.WithCause(fmt.Errorf("connect to %s: %w: access denied for user %q", d, ErrAuth, d.User), err, d.Password),
+				"check the user and password in --dsn (or RTR_MYSQL_DSN)")
+		case mysql.ER_BAD_DB_ERROR:
+			return nil, hint.Wrap(dsn.WithCause(fmt.Errorf("connect to %s: %w: database %q does not exist", d, ErrConnect, d.Database), err, d.Password),
+				"check the database name in --dsn (or RTR_MYSQL_DSN), or leave it out: --tables names db.table")
+		case mysql.ER_DBACCESS_DENIED_ERROR:
+			return nil, hint.Wrap(dsn.WithCause(fmt.Errorf("connect to %s: %w: user %q may not use database %q", d, ErrPrivilege, d.User, d.Database), err, d.Password),
+				fmt.Sprintf("run as an administrator: GRANT SELECT ON `%s`.* TO '%s'@'%%'", d.Database, d.User))
+		}
 	}
 	// The cause stays in the chain, scrubbed of the password: callers
 	// retry a refused connection or a server shutting down.

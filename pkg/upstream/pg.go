@@ -187,6 +187,9 @@ func (p *Postgres) Connect(ctx context.Context) (*pgx.Conn, error) {
 		case "3D000":
 			return nil, hint.Wrap(dsn.WithCause(fmt.Errorf("connect to %s: %w: database %q does not exist", masked, ErrConnect, cfg.Database), err, cfg.Password),
 				"check the database name in --dsn (or PGDATABASE)")
+		case "42501":
+			return nil, hint.Wrap(dsn.WithCause(fmt.Errorf("connect to %s: %w: user %q may not connect: %s", masked, ErrPrivilege, cfg.User, pgErr.Message), err, cfg.Password),
+				PrivilegeHint(err, cfg.User, cfg.Database))
 		}
 	}
 	return nil, hint.Wrap(fmt.Errorf("connect to %s: %w: %w", masked, ErrConnect, cause),
@@ -199,4 +202,25 @@ var (
 	ErrConnect = errors.New("cannot connect")
 	// ErrAuth marks rejected credentials.
 	ErrAuth = errors.New("authentication failed")
+	// ErrPrivilege marks a user the server knows that lacks a privilege.
+	ErrPrivilege = errors.New("missing privilege")
 )
+
+// PrivilegeHint says what to grant for a PostgreSQL insufficient_privilege
+// error (42501) of user on database, or "" for another error: a
+// replication connection needs the REPLICATION attribute, a connection
+// the CONNECT privilege.
+func PrivilegeHint(err error, user, database string) string {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+		return ""
+	}
+	role := pgx.Identifier{user}.Sanitize()
+	switch msg := strings.ToLower(pgErr.Message); {
+	case strings.Contains(msg, "replication") || strings.Contains(msg, "wal sender") || strings.Contains(msg, "walsender"):
+		return fmt.Sprintf("logical replication needs the REPLICATION attribute: run as a superuser: ALTER ROLE %s REPLICATION", role)
+	case strings.Contains(msg, "database"):
+		return fmt.Sprintf("run as the database owner: GRANT CONNECT ON DATABASE %s TO %s", pgx.Identifier{database}.Sanitize(), role)
+	}
+	return fmt.Sprintf("grant user %s what the message names (docs/operations.md lists the privileges rtrctl needs)", role)
+}
