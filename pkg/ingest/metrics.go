@@ -53,7 +53,7 @@ func NewMetrics() *Metrics {
 		position:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_source_position", Help: "Source progress (an upper) per partition, in the source's units (LSN bytes, GTID sequence, offset)."}, []string{"source", "partition"}),
 		upstream:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_upstream_position", Help: "Upstream visible frontier per partition, in the source's units."}, []string{"source", "partition"}),
 		lag:           prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_lag_positions", Help: "Upstream frontier minus source progress, summed over partitions (WAL bytes, transactions or records)."}, []string{"source"}),
-		lagSeconds:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_lag_seconds", Help: "Seconds since source progress last reached the upstream frontier."}, []string{"source"}),
+		lagSeconds:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_lag_seconds", Help: "Seconds since source progress last reached the upstream frontier (since the ingest started, until it first does)."}, []string{"source"}),
 		lastError:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_last_error_timestamp_seconds", Help: "Unix time of the last error, by kind."}, []string{"source", "kind"}),
 		retries:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtr_upstream_retries_total", Help: "Attempts restarted after a transient upstream failure."}, []string{"source"}),
 		slotRetained:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_pg_slot_retained_wal_bytes", Help: "WAL the replication slot holds back on the server: current WAL position minus the slot's restart_lsn."}, []string{"source", "slot"}),
@@ -73,8 +73,10 @@ type sourceMetrics struct {
 	m  *Metrics
 	id string
 
-	mu           sync.Mutex
-	progress     frontier.Frontier
+	mu       sync.Mutex
+	progress frontier.Frontier
+	// lastCaughtUp is when progress last reached the upstream frontier;
+	// until it first does, the time the source's metrics began.
 	lastCaughtUp time.Time
 }
 
@@ -83,7 +85,7 @@ func (m *Metrics) source(id string) *sourceMetrics {
 	defer m.mu.Unlock()
 	s := m.sources[id]
 	if s == nil {
-		s = &sourceMetrics{m: m, id: id}
+		s = &sourceMetrics{m: m, id: id, lastCaughtUp: time.Now()}
 		m.sources[id] = s
 	}
 	return s
@@ -170,10 +172,7 @@ func (s *sourceMetrics) retention(r probe.Retention) {
 	}
 	s.m.binlogKeep.WithLabelValues(s.id).Set(*r.BinlogRetentionSeconds)
 	s.mu.Lock()
-	behind := 0.0
-	if !s.lastCaughtUp.IsZero() {
-		behind = time.Since(s.lastCaughtUp).Seconds()
-	}
+	behind := time.Since(s.lastCaughtUp).Seconds()
 	s.mu.Unlock()
 	s.m.binlogHeadway.WithLabelValues(s.id).Set(*r.BinlogRetentionSeconds - behind)
 }
@@ -194,7 +193,7 @@ func (s *sourceMetrics) upstreamAt(up frontier.Frontier, now time.Time) {
 	if lag == 0 {
 		s.lastCaughtUp = now
 		s.m.lagSeconds.WithLabelValues(s.id).Set(0)
-	} else if !s.lastCaughtUp.IsZero() {
+	} else {
 		s.m.lagSeconds.WithLabelValues(s.id).Set(now.Sub(s.lastCaughtUp).Seconds())
 	}
 }
