@@ -12,6 +12,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/ingest"
+	"github.com/rtrctl/rtrctl/pkg/myarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
 	"github.com/rtrctl/rtrctl/pkg/snapshot"
@@ -26,6 +27,8 @@ func init() {
 		aliases: []string{"mariadb"},
 		flags: map[string][]cli.Flag{
 			"replicate": {&cli.StringFlag{Name: "start-gtid", Usage: "mysql: start after this GTID position (MariaDB 0-1-42, MySQL uuid:1-42; default: the server's current position)"}},
+			// Registered before pg's flag of the same name: one flag, both sources.
+			"ingest": {&cli.StringFlag{Name: "resnapshot", Usage: "pg, mysql: collections to snapshot again where the ingest resumes (mysql: at the first transaction it receives), comma-separated (e.g. public.orders, shop.orders), without stopping the others; clears a collection's definite error"}},
 		},
 		upstream: func(c *cli.Context) (sourceUpstream, error) {
 			d := envDefault(c, "dsn", "RTR_MYSQL_DSN")
@@ -48,7 +51,13 @@ func init() {
 			if len(tables) == 0 {
 				return nil, usagef("pass --tables db.t1,db.t2", "no --tables given")
 			}
-			return ingest.NewMySQL(ingest.MySQLConfig{Upstream: u.(mysqlUpstream).my, Tables: tables, Parallel: c.Int("parallel"), Source: sourceID(c, "mysql")}), nil
+			var resnap []string
+			if c.String("resnapshot") != "" {
+				if resnap, err = tableList("--resnapshot", func(s string) error { _, _, err := myarrow.ParseName(s); return err }, c.String("resnapshot")); err != nil {
+					return nil, err
+				}
+			}
+			return ingest.NewMySQL(ingest.MySQLConfig{Upstream: u.(mysqlUpstream).my, Tables: tables, Parallel: c.Int("parallel"), Source: sourceID(c, "mysql"), Resnapshot: resnap}), nil
 		},
 		recorded:     recordedVia(upstream.ParseMySQL, probe.NewMySQL),
 		upstreamFlag: "dsn",
