@@ -44,7 +44,13 @@ func init() {
 		snapshot:  snapshotMySQLAction,
 		replicate: replicateMySQLAction,
 		ingest: func(c *cli.Context, u sourceUpstream) (ingest.Source, error) {
-			tables, err := myTables(c.String("tables"))
+			tables, err := tableList("--tables", func(s string) error {
+				if _, ok := ingest.MySQLPattern(s); ok {
+					return nil
+				}
+				_, _, err := myarrow.ParseName(s)
+				return err
+			}, c.String("tables"))
 			if err != nil {
 				return nil, err
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
@@ -71,6 +72,9 @@ type mySink struct {
 	// resnapped: collections re-snapshotted in this stream (their
 	// columns are the stream's, whatever the store had at its start).
 	resnapped map[string]bool
+	// add registers a collection found in the stream (a table created
+	// in a --tables db.* database).
+	add func(timeline string, c Collection) error
 }
 
 // myResnap is one re-snapshot of a collection at source time at.
@@ -228,6 +232,37 @@ func (s *mySink) TableChanged(t *myarrow.Table, at frontier.Time, before frontie
 	}
 	s.start(coll, at, before, t, change)
 	return true, nil
+}
+
+// Wants implements replicate.TableAdder: a table of a db.* entry of
+// --tables that this run does not ingest yet.
+func (s *mySink) Wants(db, table string) bool {
+	return s.add != nil && slices.Contains(s.m.patterns, db)
+}
+
+// TableAdded implements replicate.TableAdder: the collection is
+// registered and snapshotted at at, with progress held before it until
+// its copy is handed over.
+func (s *mySink) TableAdded(t *myarrow.Table, at frontier.Time, before frontier.Frontier, why string) error {
+	coll := t.QualifiedName()
+	if s.skipped(coll, at) {
+		return nil
+	}
+	if err := s.add(s.m.cfg.Source, Collection{Name: coll, Schema: arrow.NewSchema(t.Fields(), nil)}); err != nil {
+		return err
+	}
+	if !slices.Contains(s.m.tables, coll) {
+		s.m.tables = append(s.m.tables, coll)
+	}
+	s.m.schemas[coll] = t
+	if !strings.EqualFold(t.Engine, "InnoDB") {
+		return s.Sink.Error(coll, at, fmt.Sprintf("%s (%s) uses engine %s, which has no consistent snapshots; the collection stops here: run ALTER TABLE %s ENGINE = InnoDB, then the ingest with --resnapshot %s", coll, why, t.Engine, t.SQL(), coll))
+	}
+	if j := s.job(coll); j != nil {
+		s.stop(j)
+	}
+	s.start(coll, at, before, t, why)
+	return nil
 }
 
 // TxnBegin implements replicate.TxnBeginner: the waiting re-snapshots

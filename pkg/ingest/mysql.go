@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strings"
 	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
@@ -25,7 +26,9 @@ import (
 type MySQLConfig struct {
 	// Upstream is the server (upstream.ParseMySQL).
 	Upstream *upstream.MySQL
-	// Tables to ingest, db.table (required).
+	// Tables to ingest, db.table (required); db.* stands for every table
+	// of db, those created (or renamed into it) while the ingest runs
+	// included (MySQLPattern).
 	Tables []string
 	// Parallel snapshot connections.
 	Parallel int
@@ -57,6 +60,8 @@ type MySQL struct {
 	schemas map[string]*myarrow.Table
 	tables  []string
 	domain  frontier.Domain
+	// patterns are the databases of db.* entries of --tables.
+	patterns []string
 	// skip is, per collection ahead of the stream's start (Resume), the
 	// source frontier below which its updates are durable already.
 	skip map[string]frontier.Frontier
@@ -92,11 +97,26 @@ func (m *MySQL) Open(ctx context.Context, _ *store.Store) ([]Timeline, error) {
 	m.schemas, m.tables = map[string]*myarrow.Table{}, nil
 	m.domain = srv.Domain()
 	tl := Timeline{ID: cfg.Source, Kind: kind, Domain: srv.Domain(), Upstream: map[string]string{"dsn": srv.Upstream.String()}}
+	m.patterns = nil
+	var names [][2]string
 	for _, name := range cfg.Tables {
+		if db, ok := MySQLPattern(name); ok {
+			m.patterns = append(m.patterns, db)
+			tabs, err := listTables(srv, db)
+			if err != nil {
+				return nil, fmt.Errorf("ingest %s: %w", cfg.Source, err)
+			}
+			names = append(names, tabs...)
+			continue
+		}
 		db, tn, err := myarrow.ParseName(name)
 		if err != nil {
 			return nil, fmt.Errorf("ingest %s: %w", cfg.Source, err)
 		}
+		names = append(names, [2]string{db, tn})
+	}
+	for _, n := range names {
+		db, tn := n[0], n[1]
 		t, err := myarrow.LoadTable(ctx, srv.Conn, db, tn)
 		if err != nil {
 			return nil, fmt.Errorf("ingest %s: %w", cfg.Source, err)
@@ -134,7 +154,7 @@ func (m *MySQL) Snapshot(ctx context.Context, _ string, collections []string, st
 // the stream's first transaction (mySink).
 func (m *MySQL) Stream(ctx context.Context, r StreamRequest) error {
 	id := m.cfg.Source
-	sink := &mySink{Sink: r.Sink, m: m, ctx: ctx, skip: m.skip, waiting: map[string]string{}, resnapped: map[string]bool{}}
+	sink := &mySink{Sink: r.Sink, m: m, ctx: ctx, skip: m.skip, waiting: map[string]string{}, resnapped: map[string]bool{}, add: r.Add}
 	defer sink.close()
 	start := r.Start[id]
 	for _, c := range m.cfg.Resnapshot {
@@ -234,3 +254,39 @@ func (m *MySQL) Nudge(string) {
 
 // Close implements Source.
 func (m *MySQL) Close() error { return nil }
+
+// MySQLPattern reads a --tables entry db.* (db unquoted or in
+// backticks): every table of db. ok is false for a plain db.table (a
+// table named * is `*`).
+func MySQLPattern(s string) (db string, ok bool) {
+	s = strings.TrimSpace(s)
+	rest, found := strings.CutSuffix(s, "*")
+	if !found {
+		return "", false
+	}
+	rest = strings.TrimSpace(rest)
+	rest, found = strings.CutSuffix(rest, ".")
+	if !found {
+		return "", false
+	}
+	db, _, err := myarrow.ParseName(rest + ".t")
+	if err != nil {
+		return "", false
+	}
+	return db, true
+}
+
+// listTables lists the base tables of db, exactly named.
+func listTables(srv *replicate.Server, db string) ([][2]string, error) {
+	r, err := srv.Conn.Execute(`SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND CAST(TABLE_SCHEMA AS BINARY) = CAST(? AS BINARY)
+		AND TABLE_TYPE IN ('BASE TABLE', 'SYSTEM VERSIONED') ORDER BY TABLE_NAME`, db, db)
+	if err != nil {
+		return nil, fmt.Errorf("list the tables of %s: %w", myarrow.QuoteIdent(db), err)
+	}
+	var out [][2]string
+	for i := range r.RowNumber() {
+		n, _ := r.GetString(i, 0)
+		out = append(out, [2]string{db, n})
+	}
+	return out, nil
+}

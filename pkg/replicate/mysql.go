@@ -34,7 +34,8 @@ type MySQLConfig struct {
 	// Upstream is the server (upstream.ParseMySQL).
 	Upstream *upstream.MySQL
 	// Tables to stream (db.table). Empty means every table in the binlog
-	// outside the system schemas, described when first seen.
+	// outside the system schemas, described when first seen (unless the
+	// sink is a TableAdder: then it says which).
 	Tables []string
 	// Known schemas (by collection) to check the binlog against, e.g. the
 	// ones a snapshot read; the others are read from information_schema
@@ -369,7 +370,8 @@ func (s *myStreamer) setup(ctx context.Context) (err error) {
 	}()
 	s.srv, s.domain = srv, srv.Domain()
 	s.release()
-	s.tables, s.all = map[string]*myTable{}, len(cfg.Tables) == 0
+	_, adder := s.sink.(TableAdder)
+	s.tables, s.all = map[string]*myTable{}, len(cfg.Tables) == 0 && !adder
 	for _, name := range cfg.Tables {
 		db, tb, err := myarrow.ParseName(name)
 		if err != nil {
@@ -470,6 +472,19 @@ type myTable struct {
 // error, as without the interface.
 type TableChanger interface {
 	TableChanged(t *myarrow.Table, at frontier.Time, before frontier.Frontier, change string) (bool, error)
+}
+
+// TableAdder is implemented by a pipe.Sink that takes tables into the
+// stream as they appear in it (a --tables pattern such as db.*): at a
+// CREATE TABLE, or at the first TABLE_MAP of a table not streamed yet
+// (renamed into the pattern), StreamMySQL asks Wants and, if it does,
+// describes the table and calls TableAdded with the statement's (or the
+// transaction's) time at and the stream's progress before it, then
+// streams the table's changes from there on. TableAdded is expected to
+// snapshot the table at at (a reset).
+type TableAdder interface {
+	Wants(db, table string) bool
+	TableAdded(t *myarrow.Table, at frontier.Time, before frontier.Frontier, why string) error
 }
 
 // TxnBeginner is implemented by a pipe.Sink that wants to know where
@@ -844,8 +859,20 @@ func (s *myStreamer) begin(t frontier.Time, gtid string) error {
 // and DROP and RENAME into an error of it: their effect is not in row
 // events.
 func (s *myStreamer) ddl(ctx context.Context, schema, q string) error {
+	if !s.inTxn {
+		return nil
+	}
+	if m := createRE.FindStringSubmatch(q); m != nil {
+		if names := myarrow.LeadingNames(m[1]); len(names) > 0 {
+			if names[0][0] == "" {
+				names[0][0] = schema
+			}
+			return s.adopt(ctx, names[0][0], names[0][1], "created")
+		}
+		return nil
+	}
 	m := ddlRE.FindStringSubmatch(q)
-	if m == nil || !s.inTxn {
+	if m == nil {
 		return nil
 	}
 	verb := strings.ToUpper(strings.Fields(m[1])[0])
@@ -888,6 +915,31 @@ func (s *myStreamer) ddl(ctx context.Context, schema, q string) error {
 			return err
 		}
 	}
+	return nil
+}
+
+var createRE = regexp.MustCompile("(?is)^\\s*(?:/\\*.*?\\*/\\s*)*CREATE\\s+(?:OR\\s+REPLACE\\s+)?TABLE\\s+(?:IF\\s+NOT\\s+EXISTS\\s+)?(.*)$")
+
+// adopt starts streaming db.table, created (or first seen) at the open
+// transaction, when a TableAdder sink wants it and it is not streamed
+// already (or was stopped: dropped, then created again).
+func (s *myStreamer) adopt(ctx context.Context, db, table, why string) error {
+	ta, ok := s.sink.(TableAdder)
+	n := myarrow.CollectionName(db, table)
+	if mt := s.tables[n]; !ok || mt != nil && !mt.failed || !ta.Wants(db, table) {
+		return nil
+	}
+	t, err := myarrow.LoadTable(ctx, s.srv.Conn, db, table)
+	if errors.Is(err, myarrow.ErrNoTable) {
+		return nil // gone again: its DROP or RENAME is further on
+	}
+	if err != nil {
+		return fmt.Errorf("replicate mysql: table %s %s at %s: %w", n, why, s.txnGTID, err)
+	}
+	if err := sinkErr(ta.TableAdded(t, s.txn, s.progress, fmt.Sprintf("%s %s at %s", n, why, s.txnGTID))); err != nil {
+		return err
+	}
+	s.tables[n] = &myTable{t: t}
 	return nil
 }
 
@@ -979,8 +1031,17 @@ var systemSchemas = map[string]bool{"mysql": true, "information_schema": true, "
 func (s *myStreamer) tableMap(ctx context.Context, ev *replication.TableMapEvent) error {
 	name := myarrow.CollectionName(string(ev.Schema), string(ev.Table))
 	mt := s.tables[name]
+	if mt == nil && !s.all {
+		// A table renamed into what the sink wants (TableAdder).
+		if err := s.adopt(ctx, string(ev.Schema), string(ev.Table), "first seen in the binlog"); err != nil {
+			return err
+		}
+		if mt = s.tables[name]; mt == nil {
+			return nil
+		}
+	}
 	if mt == nil {
-		if !s.all || systemSchemas[strings.ToLower(string(ev.Schema))] {
+		if systemSchemas[strings.ToLower(string(ev.Schema))] {
 			return nil
 		}
 		t := s.cfg.Known[name]
