@@ -4,11 +4,10 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
@@ -27,25 +26,11 @@ func TestMySQLCopyAtItsPosition(t *testing.T) {
 		vals = append(vals, fmt.Sprintf("(%d, 100, 'n%d')", i, i))
 	}
 	myExec(t, conn, fmt.Sprintf("INSERT INTO %s.acct VALUES %s", db, strings.Join(vals, ",")))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var writes atomic.Int64
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		w, err := m.Connect(ctx, "")
-		if err != nil {
-			return
-		}
-		defer w.Close()
-		for i := 0; ctx.Err() == nil; i++ {
-			if _, err := w.Execute(fmt.Sprintf("UPDATE %s.acct SET bal = bal + 1, note = 'w%d' WHERE id = %d", db, i, i%500)); err != nil {
-				return
-			}
-			writes.Add(1)
-		}
-	}()
+	writer := startMyWriter(t, m, func(w *client.Conn, i int64) error {
+		_, err := w.Execute(fmt.Sprintf("UPDATE %s.acct SET bal = bal + 1, note = 'w%d' WHERE id = %d", db, i, i%500))
+		return err
+	})
+	writes := &writer.writes
 	for writes.Load() < 50 {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -59,8 +44,7 @@ func TestMySQLCopyAtItsPosition(t *testing.T) {
 	for writes.Load() < 150 {
 		time.Sleep(5 * time.Millisecond)
 	}
-	cancel()
-	wg.Wait()
+	writer.stop()
 	if len(tabs) != 1 || tabs[0].QualifiedName() != tables[0] {
 		t.Fatalf("tables %v", tabs)
 	}
