@@ -88,10 +88,19 @@ func TestMySQLIngestTypeChangesUnderLoad(t *testing.T) {
 	myExec(t, c, "ALTER TABLE acc_a MODIFY id bigint NOT NULL")
 	ingesttest.WaitStderr(t, p, "re-snapshot done")
 	waitTxns(20)
-	// A SIGKILL while the re-snapshot of the next ALTER runs.
+	// A SIGKILL once the re-snapshot of the next ALTER has started (its
+	// log line names the ALTER's GTID), before its copy is handed over.
 	myExec(t, c, "ALTER TABLE acc_b MODIFY balance decimal(20,0) NOT NULL")
-	ingesttest.WaitStderr(t, p, "re-snapshot")
+	r, err := c.Execute("SELECT @@last_gtid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gtid, _ := r.GetString(0, 0)
+	ingesttest.WaitStderr(t, p, "at "+gtid)
 	p.Kill(t)
+	if strings.Count(p.Stderr(), "re-snapshot done") > 1 {
+		t.Logf("the re-snapshot at %s was done before the SIGKILL", gtid)
+	}
 	waitTxns(20)
 	p = runBin(t, nil, args...)
 	waitTxns(20)

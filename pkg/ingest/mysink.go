@@ -115,7 +115,7 @@ func (s *mySink) start(coll string, at frontier.Time, before frontier.Frontier, 
 	s.jobs = append(s.jobs, j)
 	s.resnapped[coll] = true
 	log := s.m.log
-	log.Info("re-snapshot", "source", s.m.cfg.Source, "collection", coll, "at", at, "why", why)
+	log.Info("re-snapshot", "source", s.m.cfg.Source, "collection", coll, "at", gtidText(at), "why", why)
 	go func() {
 		defer close(j.done)
 		defer s.m.Nudge("") // the stream reports its progress at once
@@ -149,7 +149,7 @@ func (s *mySink) stop(j *myResnap) {
 // abort ends j: the collection has a definite error from j.at.
 func (s *mySink) abort(j *myResnap, msg string) error {
 	s.stop(j)
-	s.m.log.Warn("re-snapshot failed; the collection has a definite error from its time", "source", s.m.cfg.Source, "collection", j.coll, "at", j.at, "error", msg)
+	s.m.log.Warn("re-snapshot failed; the collection has a definite error from its time", "source", s.m.cfg.Source, "collection", j.coll, "at", gtidText(j.at), "error", msg)
 	return s.Sink.Error(j.coll, j.at, msg)
 }
 
@@ -356,7 +356,7 @@ func (s *mySink) finish(j *myResnap) error {
 			return err
 		}
 	}
-	log.Info("re-snapshot done", "source", s.m.cfg.Source, "collection", j.coll, "at", j.at, "rows", copied, "rewound", rewound, "snapshot", j.snap)
+	log.Info("re-snapshot done", "source", s.m.cfg.Source, "collection", j.coll, "at", gtidText(j.at), "rows", copied, "rewound", rewound, "snapshot", j.snap)
 	return nil
 }
 
