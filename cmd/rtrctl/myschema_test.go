@@ -89,7 +89,7 @@ func TestMySQLIngestTypeChangesUnderLoad(t *testing.T) {
 	ingesttest.WaitStderr(t, p, "re-snapshot done")
 	waitTxns(20)
 	// A SIGKILL once the re-snapshot of the next ALTER has started (its
-	// log line names the ALTER's GTID), before its copy is handed over.
+	// log line names the ALTER's GTID); the log shows it was not done before.
 	myExec(t, c, "ALTER TABLE acc_b MODIFY balance decimal(20,0) NOT NULL")
 	r, err := c.Execute("SELECT @@last_gtid")
 	if err != nil {
