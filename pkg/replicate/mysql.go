@@ -627,9 +627,13 @@ func (s *myStreamer) reconnectControl(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("replicate mysql: reconnect: %w", err)
 	}
-	if _, err := upstream.Execute(ctx, c, "SET time_zone = '+00:00'"); err != nil {
-		c.Close()
-		return fmt.Errorf("replicate mysql: reconnect: %w", err)
+	// As OpenServer: the tables an ALTER makes it describe again are read
+	// in utf8mb4.
+	for _, q := range []string{"SET NAMES utf8mb4", "SET time_zone = '+00:00'"} {
+		if _, err := upstream.Execute(ctx, c, q); err != nil {
+			c.Close()
+			return fmt.Errorf("replicate mysql: reconnect: %w", err)
+		}
 	}
 	s.srv.Conn.Close()
 	s.srv.Conn = c
