@@ -14,6 +14,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/ingest"
+	"github.com/rtrctl/rtrctl/pkg/myarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
 	"github.com/rtrctl/rtrctl/pkg/snapshot"
@@ -28,6 +29,8 @@ func init() {
 		aliases: []string{"mariadb"},
 		flags: map[string][]cli.Flag{
 			"replicate": {&cli.StringFlag{Name: "start-gtid", Usage: "mysql: start after this GTID position (MariaDB 0-1-42, MySQL uuid:1-42; default: the server's current position)"}},
+			// Registered before pg's flag of the same name: one flag, both sources.
+			"ingest": {&cli.StringFlag{Name: "resnapshot", Usage: "pg, mysql: collections to snapshot again where the ingest resumes (mysql: at the first transaction it receives), comma-separated (e.g. public.orders, shop.orders), without stopping the others; clears a collection's definite error"}},
 		},
 		upstream: func(c *cli.Context) (sourceUpstream, error) {
 			d, err := dsnOf(c, "RTR_MYSQL_DSN")
@@ -50,14 +53,26 @@ func init() {
 		snapshot:  snapshotMySQLAction,
 		replicate: replicateMySQLAction,
 		ingest: func(c *cli.Context, u sourceUpstream) (ingest.Source, error) {
-			tables, err := myTables(c.String("tables"))
+			tables, err := tableList("--tables", func(s string) error {
+				if _, ok := ingest.MySQLPattern(s); ok {
+					return nil
+				}
+				_, _, err := myarrow.ParseName(s)
+				return err
+			}, c.String("tables"))
 			if err != nil {
 				return nil, err
 			}
 			if len(tables) == 0 {
 				return nil, usagef("pass --tables db.t1,db.t2", "no --tables given")
 			}
-			return ingest.NewMySQL(ingest.MySQLConfig{Upstream: u.(mysqlUpstream).my, Tables: tables, Parallel: c.Int("parallel"), Source: sourceID(c, "mysql")}), nil
+			var resnap []string
+			if c.String("resnapshot") != "" {
+				if resnap, err = tableList("--resnapshot", func(s string) error { _, _, err := myarrow.ParseName(s); return err }, c.String("resnapshot")); err != nil {
+					return nil, err
+				}
+			}
+			return ingest.NewMySQL(ingest.MySQLConfig{Upstream: u.(mysqlUpstream).my, Tables: tables, Parallel: c.Int("parallel"), Source: sourceID(c, "mysql"), Resnapshot: resnap}), nil
 		},
 		recorded:     recordedVia(upstream.ParseMySQL, probe.NewMySQL),
 		upstreamFlag: "dsn",

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"strings"
 	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
 
+	"github.com/rtrctl/rtrctl/internal/arrowutil"
 	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
@@ -23,12 +26,19 @@ import (
 type MySQLConfig struct {
 	// Upstream is the server (upstream.ParseMySQL).
 	Upstream *upstream.MySQL
-	// Tables to ingest, db.table (required).
+	// Tables to ingest, db.table (required); db.* stands for every table
+	// of db, those created (or renamed into it) while the ingest runs
+	// included (MySQLPattern).
 	Tables []string
 	// Parallel snapshot connections.
 	Parallel int
 	// Source is the source id in the store (default "mysql").
 	Source string
+	// Resnapshot names collections to snapshot again in the stream, at
+	// the first transaction it receives, without stopping the others (a
+	// collection with a definite error gets its contents back): each is
+	// reset there and given a fresh copy rewound to it (mySink).
+	Resnapshot []string
 	// HeartbeatPeriod of the binlog stream (default 1s).
 	HeartbeatPeriod time.Duration
 	// Logger; nil means slog.Default().
@@ -49,6 +59,12 @@ type MySQL struct {
 	nudge   chan struct{}
 	schemas map[string]*myarrow.Table
 	tables  []string
+	domain  frontier.Domain
+	// patterns are the databases of db.* entries of --tables.
+	patterns []string
+	// skip is, per collection ahead of the stream's start (Resume), the
+	// source frontier below which its updates are durable already.
+	skip map[string]frontier.Frontier
 }
 
 // NewMySQL returns the MySQL/MariaDB source of cfg.
@@ -79,12 +95,28 @@ func (m *MySQL) Open(ctx context.Context, _ *store.Store) ([]Timeline, error) {
 		kind = "mariadb"
 	}
 	m.schemas, m.tables = map[string]*myarrow.Table{}, nil
+	m.domain = srv.Domain()
 	tl := Timeline{ID: cfg.Source, Kind: kind, Domain: srv.Domain(), Upstream: map[string]string{"dsn": srv.Upstream.Recorded()}}
+	m.patterns = nil
+	var names [][2]string
 	for _, name := range cfg.Tables {
+		if db, ok := MySQLPattern(name); ok {
+			m.patterns = append(m.patterns, db)
+			tabs, err := listTables(srv, db)
+			if err != nil {
+				return nil, fmt.Errorf("ingest %s: %w", cfg.Source, err)
+			}
+			names = append(names, tabs...)
+			continue
+		}
 		db, tn, err := myarrow.ParseName(name)
 		if err != nil {
 			return nil, fmt.Errorf("ingest %s: %w", cfg.Source, err)
 		}
+		names = append(names, [2]string{db, tn})
+	}
+	for _, n := range names {
+		db, tn := n[0], n[1]
 		t, err := myarrow.LoadTable(ctx, srv.Conn, db, tn)
 		if err != nil {
 			return nil, fmt.Errorf("ingest %s: %w", cfg.Source, err)
@@ -116,12 +148,100 @@ func (m *MySQL) Snapshot(ctx context.Context, _ string, collections []string, st
 }
 
 // Stream implements Source. The binlog's position is acknowledged to no
-// one: the server keeps binlogs by its own retention.
+// one: the server keeps binlogs by its own retention. Collections named
+// by --resnapshot, and those whose columns upstream differ from the
+// store's (altered while the ingest was stopped), are re-snapshotted at
+// the stream's first transaction (mySink).
 func (m *MySQL) Stream(ctx context.Context, r StreamRequest) error {
+	id := m.cfg.Source
+	sink := &mySink{Sink: r.Sink, m: m, ctx: ctx, skip: m.skip, waiting: map[string]string{}, resnapped: map[string]bool{}, add: r.Add}
+	defer sink.close()
+	start := r.Start[id]
+	for _, c := range m.cfg.Resnapshot {
+		if db, tn, err := myarrow.ParseName(c); err == nil {
+			c = myarrow.CollectionName(db, tn)
+		}
+		switch {
+		case m.schemas[c] == nil:
+			return hint.Wrap(fmt.Errorf("ingest %s: --resnapshot %s: this run does not ingest it", id, c), "name a collection of the run (see rtrctl status)")
+		case start.IsEmpty():
+			m.log.Info("re-snapshot: the collection was just snapshotted", "source", id, "collection", c)
+			continue
+		}
+		sink.waiting[c] = "--resnapshot"
+	}
+	m.cfg.Resnapshot = nil // once per run, not once per attempt
+	// A table whose columns upstream differ from the store's changed
+	// while nobody followed it: the binlog from the start holds its rows
+	// in the store's columns up to the ALTER (which re-snapshots it), so
+	// the stream starts with the table as the store's columns describe
+	// it; if they cannot describe it, it is re-snapshotted at the start.
+	known := maps.Clone(m.schemas)
+	for _, c := range m.tables {
+		if _, ok := sink.waiting[c]; ok || r.Schema == nil {
+			continue
+		}
+		exp := r.Schema(c)
+		if exp == nil {
+			continue
+		}
+		cur := m.schemas[c]
+		if d := schemaChange(exp.Fields(), cur.Fields()); d != "" {
+			old, err := myarrow.TableFromFields(cur.Schema, cur.Name, exp.Fields(), cur)
+			if err == nil {
+				m.log.Info("the columns changed while the ingest was stopped; following the binlog in the store's columns up to the ALTER", "source", id, "collection", c, "change", d)
+				known[c] = old
+				continue
+			}
+			m.log.Info("the columns changed while the ingest was stopped; re-snapshotting", "source", id, "collection", c, "change", d, "why", err)
+			sink.waiting[c] = "columns changed while not followed: " + d
+		}
+	}
+	expect := func(c string) *arrow.Schema {
+		if _, ok := sink.waiting[c]; ok || r.Schema == nil || sink.resnapped[c] {
+			return nil // re-snapshotted: no data in the store's columns
+		}
+		return r.Schema(c)
+	}
 	return replicate.StreamMySQL(ctx, replicate.MySQLConfig{
-		Upstream: m.cfg.Upstream, Tables: m.tables, Known: m.schemas, Expect: r.Schema, StartFrontier: r.Start[m.cfg.Source], Source: m.cfg.Source,
+		Upstream: m.cfg.Upstream, Tables: m.tables, Known: known, Expect: expect, StartFrontier: start, Source: id,
 		HeartbeatPeriod: m.cfg.HeartbeatPeriod, Nudge: m.nudge, Logger: m.log, OnSession: m.cfg.OnSession, RetryFor: r.RetryFor,
-	}, r.Sink)
+		Limit: sink.limit,
+	}, sink)
+}
+
+// schemaChange says how the columns got differ from want: names, types
+// and the MySQL column types in the fields' metadata.
+func schemaChange(want, got []arrow.Field) string {
+	if d := arrowutil.FieldsChange(want, got); d != "" {
+		return d
+	}
+	for i, f := range want {
+		a, _ := f.Metadata.GetValue(myarrow.MetaType)
+		b, _ := got[i].Metadata.GetValue(myarrow.MetaType)
+		if a != b {
+			return fmt.Sprintf("column %s is %s, was %s", f.Name, b, a)
+		}
+	}
+	return ""
+}
+
+// Resume implements Resumer: a collection committed beyond the common
+// start (a crash between two collections' commits) replays nothing, so
+// that a re-snapshot it went through (not in the binlog) is not replayed
+// as plain changes: its updates below its own durable frontier are
+// dropped.
+func (m *MySQL) Resume(ctx context.Context, r Resume) error {
+	m.skip = map[string]frontier.Frontier{}
+	for name, sh := range r.Shards {
+		if err := sh.Refresh(ctx); err != nil {
+			return fmt.Errorf("resume %s: %w", name, err)
+		}
+		if u := sh.Upper(); u > r.Durable {
+			m.skip[name] = durableFrontier(r.Bindings, u, m.domain)
+		}
+	}
+	return nil
 }
 
 // Nudge implements Nudger: check the server's GTID position at once.
@@ -134,3 +254,39 @@ func (m *MySQL) Nudge(string) {
 
 // Close implements Source.
 func (m *MySQL) Close() error { return nil }
+
+// MySQLPattern reads a --tables entry db.* (db unquoted or in
+// backticks): every table of db. ok is false for a plain db.table (a
+// table named * is `*`).
+func MySQLPattern(s string) (db string, ok bool) {
+	s = strings.TrimSpace(s)
+	rest, found := strings.CutSuffix(s, "*")
+	if !found {
+		return "", false
+	}
+	rest = strings.TrimSpace(rest)
+	rest, found = strings.CutSuffix(rest, ".")
+	if !found {
+		return "", false
+	}
+	db, _, err := myarrow.ParseName(rest + ".t")
+	if err != nil {
+		return "", false
+	}
+	return db, true
+}
+
+// listTables lists the base tables of db, exactly named.
+func listTables(srv *replicate.Server, db string) ([][2]string, error) {
+	r, err := srv.Conn.Execute(`SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND CAST(TABLE_SCHEMA AS BINARY) = CAST(? AS BINARY)
+		AND TABLE_TYPE IN ('BASE TABLE', 'SYSTEM VERSIONED') ORDER BY TABLE_NAME`, db, db)
+	if err != nil {
+		return nil, fmt.Errorf("list the tables of %s: %w", myarrow.QuoteIdent(db), err)
+	}
+	var out [][2]string
+	for i := range r.RowNumber() {
+		n, _ := r.GetString(i, 0)
+		out = append(out, [2]string{db, n})
+	}
+	return out, nil
+}

@@ -487,14 +487,7 @@ func (pp *pubPoller) read(ctx context.Context, conn *pgx.Conn, seq uint64) (*pol
 	return r, nil
 }
 
-func isDone(j *resnap) bool {
-	select {
-	case <-j.done:
-		return true
-	default:
-		return false
-	}
-}
+func isDone(j *resnap) bool { return closed(j.done) }
 
 // finish hands j over: the reset at j.at, the copy rewound to it, then
 // the held changes.
@@ -544,38 +537,7 @@ func (s *pgSink) finish(j *resnap) error {
 // retimed hands over rows of rec (all when rows is nil; none when it is
 // empty) at source time at, with their diffs negated when negate.
 func (s *pgSink) retimed(coll string, rec arrow.Record, rows []int, at frontier.LSN, negate bool) error {
-	if rows != nil {
-		if len(rows) == 0 {
-			return nil
-		}
-		sub, err := arrowutil.Take(rec, rows, memory.DefaultAllocator)
-		if err != nil {
-			return err
-		}
-		defer sub.Release()
-		rec = sub
-	}
-	n := int(rec.NumRows())
-	tb := array.NewUint64Builder(memory.DefaultAllocator)
-	defer tb.Release()
-	db := array.NewInt64Builder(memory.DefaultAllocator)
-	defer db.Release()
-	diffs := rec.Column(int(rec.NumCols()) - 1).(*array.Int64)
-	for i := 0; i < n; i++ {
-		tb.Append(uint64(at))
-		d := diffs.Value(i)
-		if negate {
-			d = -d
-		}
-		db.Append(d)
-	}
-	ta, da := tb.NewArray(), db.NewArray()
-	defer ta.Release()
-	defer da.Release()
-	cols := append(slices.Clone(rec.Columns()[:rec.NumCols()-2]), ta, da)
-	out := array.NewRecord(rec.Schema(), cols, int64(n))
-	defer out.Release()
-	return s.Sink.Data(coll, out)
+	return retimedTo(s.Sink, coll, rec, rows, frontier.Time{Pos: uint64(at)}, negate)
 }
 
 // RelationChanged implements replicate.RelationChanger: a collection

@@ -99,6 +99,7 @@ type Server struct {
 	probeErr    error     // of the last failed probe
 	collections []string
 	collAt      time.Time
+	collAll     int // the store's collections when collections was read
 	closed      bool
 
 	rounds, probes, answered, minted, nudges atomic.Int64
@@ -457,19 +458,24 @@ func (s *Server) check(ts []*waiter, lastNudge *time.Time) {
 }
 
 // storeDurable reads the least upper of the source's collections from the
-// store (the collection list is re-read every few seconds).
+// store (the collection list is re-read every few seconds, and at once
+// when the store has a collection more or less: one an ingest added
+// while it runs must not be missing from the least upper).
 func (s *Server) storeDurable() (uint64, error) {
+	all, err := s.cfg.Store.Collections(s.ctx)
+	if err != nil {
+		return 0, err
+	}
 	s.mu.Lock()
-	cs, at := s.collections, s.collAt
+	cs, at, n := s.collections, s.collAt, s.collAll
 	s.mu.Unlock()
-	if cs == nil || time.Since(at) > 5*time.Second {
-		var err error
+	if cs == nil || time.Since(at) > 5*time.Second || n != len(all) {
 		cs, err = s.cfg.Store.SourceCollections(s.ctx, s.cfg.Source)
 		if err != nil {
 			return 0, err
 		}
 		s.mu.Lock()
-		s.collections, s.collAt = cs, time.Now()
+		s.collections, s.collAt, s.collAll = cs, time.Now(), len(all)
 		s.mu.Unlock()
 	}
 	return durableUpper(s.ctx, s.cfg.Store, cs)

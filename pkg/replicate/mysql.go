@@ -34,7 +34,8 @@ type MySQLConfig struct {
 	// Upstream is the server (upstream.ParseMySQL).
 	Upstream *upstream.MySQL
 	// Tables to stream (db.table). Empty means every table in the binlog
-	// outside the system schemas, described when first seen.
+	// outside the system schemas, described when first seen (unless the
+	// sink is a TableAdder: then it says which).
 	Tables []string
 	// Known schemas (by collection) to check the binlog against, e.g. the
 	// ones a snapshot read; the others are read from information_schema
@@ -80,6 +81,11 @@ type MySQLConfig struct {
 	// OnSession, if set, is called with the replication connection's id
 	// each time one starts (tests use it to kill it).
 	OnSession func(connID uint32)
+	// Limit, when set, is asked with the stream's progress each time it
+	// would report it, and progress is reported no further than the
+	// answer (the per-partition minimum of the two): an ingest holds it
+	// while it re-snapshots a collection in the stream.
+	Limit func(progress frontier.Frontier) (frontier.Frontier, error)
 	// Mem and Logger; nil means the defaults.
 	Mem    memory.Allocator
 	Logger *slog.Logger
@@ -351,7 +357,7 @@ func StreamMySQL(ctx context.Context, cfg MySQLConfig, sink pipe.Sink) error {
 // the first progress. On an error it leaves no connection behind and can
 // be called again.
 func (s *myStreamer) setup(ctx context.Context) (err error) {
-	cfg, sink := s.cfg, s.sink
+	cfg := s.cfg
 	srv, err := OpenServer(ctx, cfg.Upstream)
 	if err != nil {
 		return fmt.Errorf("replicate mysql: %w", err)
@@ -364,7 +370,8 @@ func (s *myStreamer) setup(ctx context.Context) (err error) {
 	}()
 	s.srv, s.domain = srv, srv.Domain()
 	s.release()
-	s.tables, s.all = map[string]*myTable{}, len(cfg.Tables) == 0
+	_, adder := s.sink.(TableAdder)
+	s.tables, s.all = map[string]*myTable{}, len(cfg.Tables) == 0 && !adder
 	for _, name := range cfg.Tables {
 		db, tb, err := myarrow.ParseName(name)
 		if err != nil {
@@ -409,7 +416,35 @@ func (s *myStreamer) setup(ctx context.Context) (err error) {
 			s.progress = j
 		}
 	}
-	return sinkErr(sink.Progress("", s.progress))
+	return s.report()
+}
+
+// report hands the progress over, no further than cfg.Limit allows and
+// only when it moved.
+func (s *myStreamer) report() error {
+	out := s.progress
+	if s.cfg.Limit != nil {
+		lim, err := s.cfg.Limit(s.progress)
+		if err != nil {
+			return sinkErr(err)
+		}
+		if lim.Domain() == out.Domain() {
+			if out, err = frontier.Meet(out, lim); err != nil {
+				return err
+			}
+		}
+	}
+	if s.reported.Domain() != "" {
+		if s.reported.Covers(out) {
+			return nil
+		}
+		var err error
+		if out, err = frontier.Join(out, s.reported); err != nil {
+			return err
+		}
+	}
+	s.reported = out
+	return sinkErr(s.sink.Progress("", out))
 }
 
 // parseGoGTID reads a native position into go-mysql's GTID set.
@@ -427,6 +462,38 @@ type myTable struct {
 	checked *replication.TableMapEvent
 }
 
+// TableChanger is implemented by a pipe.Sink that re-snapshots a MySQL or
+// MariaDB collection when an ALTER TABLE changes its columns in the
+// binlog: StreamMySQL hands over what came before the statement, then
+// asks TableChanged with the table's new description t, the statement's
+// time at and the stream's progress before it. true: the sink resets the
+// collection at at (pipe.Sink.Reset with its new contents) and the
+// stream goes on with t; false: the collection stops with a definite
+// error, as without the interface.
+type TableChanger interface {
+	TableChanged(t *myarrow.Table, at frontier.Time, before frontier.Frontier, change string) (bool, error)
+}
+
+// TableAdder is implemented by a pipe.Sink that takes tables into the
+// stream as they appear in it (a --tables pattern such as db.*): at a
+// CREATE TABLE, or at the first TABLE_MAP of a table not streamed yet
+// (renamed into the pattern), StreamMySQL asks Wants and, if it does,
+// describes the table and calls TableAdded with the statement's (or the
+// transaction's) time at and the stream's progress before it, then
+// streams the table's changes from there on. TableAdded is expected to
+// snapshot the table at at (a reset).
+type TableAdder interface {
+	Wants(db, table string) bool
+	TableAdded(t *myarrow.Table, at frontier.Time, before frontier.Frontier, why string) error
+}
+
+// TxnBeginner is implemented by a pipe.Sink that wants to know where
+// each transaction of the stream begins: its time and the stream's
+// progress before it.
+type TxnBeginner interface {
+	TxnBegin(at frontier.Time, before frontier.Frontier) error
+}
+
 // myStreamer is one StreamMySQL call.
 type myStreamer struct {
 	cfg      MySQLConfig
@@ -439,7 +506,8 @@ type myStreamer struct {
 	all      bool
 
 	progress frontier.Frontier
-	resume   mysql.GTIDSet // the start set plus every committed transaction
+	reported frontier.Frontier // the last progress handed over (Limit)
+	resume   mysql.GTIDSet     // the start set plus every committed transaction
 
 	// position in the binlog of the last event received
 	file string
@@ -565,9 +633,13 @@ func (s *myStreamer) reconnectControl(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("replicate mysql: reconnect: %w", err)
 	}
-	if _, err := upstream.Execute(ctx, c, "SET time_zone = '+00:00'"); err != nil {
-		c.Close()
-		return fmt.Errorf("replicate mysql: reconnect: %w", err)
+	// As OpenServer: the tables an ALTER makes it describe again are read
+	// in utf8mb4.
+	for _, q := range []string{"SET NAMES utf8mb4", "SET time_zone = '+00:00'"} {
+		if _, err := upstream.Execute(ctx, c, q); err != nil {
+			c.Close()
+			return fmt.Errorf("replicate mysql: reconnect: %w", err)
+		}
 	}
 	s.srv.Conn.Close()
 	s.srv.Conn = c
@@ -701,7 +773,7 @@ type handlerFunc func(e *replication.BinlogEvent) error
 
 func (f handlerFunc) HandleEvent(e *replication.BinlogEvent) error { return f(e) }
 
-var ddlRE = regexp.MustCompile("(?is)^\\s*(?:/\\*.*?\\*/\\s*)*(TRUNCATE|DROP|RENAME)\\s+(?:TABLE\\s+)?(?:IF\\s+EXISTS\\s+)?(.*)$")
+var ddlRE = regexp.MustCompile("(?is)^\\s*(?:/\\*.*?\\*/\\s*)*(TRUNCATE|DROP|RENAME|ALTER(?:\\s+ONLINE)?(?:\\s+IGNORE)?\\s+TABLE)\\s+(?:TABLE\\s+)?(?:IF\\s+EXISTS\\s+)?(.*)$")
 
 // handle processes one event.
 func (s *myStreamer) handle(ctx context.Context, me myEvent) error {
@@ -729,7 +801,9 @@ func (s *myStreamer) handle(ctx context.Context, me myEvent) error {
 		}
 	case *replication.MariadbGTIDEvent:
 		g := me.gtid
-		s.begin(frontier.Time{Partition: strconv.FormatUint(uint64(g.DomainID), 10), Pos: g.SequenceNumber}, g.String())
+		if err := s.begin(frontier.Time{Partition: strconv.FormatUint(uint64(g.DomainID), 10), Pos: g.SequenceNumber}, g.String()); err != nil {
+			return err
+		}
 		s.standalone = ev.IsStandalone()
 	case *replication.GTIDEvent:
 		u, err := uuid.FromBytes(ev.SID)
@@ -737,7 +811,9 @@ func (s *myStreamer) handle(ctx context.Context, me myEvent) error {
 			return fmt.Errorf("read gtid event: %w", err)
 		}
 		id := strings.ToLower(u.String())
-		s.begin(frontier.Time{Partition: id, Pos: uint64(ev.GNO)}, fmt.Sprintf("%s:%d", id, ev.GNO))
+		if err := s.begin(frontier.Time{Partition: id, Pos: uint64(ev.GNO)}, fmt.Sprintf("%s:%d", id, ev.GNO)); err != nil {
+			return err
+		}
 	case *replication.QueryEvent:
 		q := strings.TrimSpace(string(ev.Query))
 		switch {
@@ -748,7 +824,7 @@ func (s *myStreamer) handle(ctx context.Context, me myEvent) error {
 				return err
 			}
 		default:
-			if err := s.ddl(string(ev.Schema), q); err != nil {
+			if err := s.ddl(ctx, string(ev.Schema), q); err != nil {
 				return err
 			}
 			if s.inTxn && (s.standalone || (!s.srv.MariaDB && !s.sawBegin)) {
@@ -776,31 +852,61 @@ func (s *myStreamer) handle(ctx context.Context, me myEvent) error {
 	return nil
 }
 
-func (s *myStreamer) begin(t frontier.Time, gtid string) {
+func (s *myStreamer) begin(t frontier.Time, gtid string) error {
 	s.inTxn, s.standalone, s.sawBegin = true, false, false
 	s.txn, s.txnGTID = t, gtid
 	s.handed, s.emittedTxn, s.touched = 0, 0, nil
 	if s.skip > 0 && s.skipGTID != gtid {
 		s.skip = 0 // not the interrupted transaction: nothing to drop
 	}
+	if tb, ok := s.sink.(TxnBeginner); ok && !s.progress.Beyond(t) {
+		return sinkErr(tb.TxnBegin(t, s.progress))
+	}
+	return nil
 }
 
 // ddl turns TRUNCATE of a streamed table into a reset of its collection,
+// an ALTER TABLE that changes its columns into a re-snapshot (alter),
 // and DROP and RENAME into an error of it: their effect is not in row
 // events.
-func (s *myStreamer) ddl(schema, q string) error {
-	m := ddlRE.FindStringSubmatch(q)
-	if m == nil || !s.inTxn {
+func (s *myStreamer) ddl(ctx context.Context, schema, q string) error {
+	if !s.inTxn {
 		return nil
 	}
-	verb := strings.ToUpper(m[1])
-	for _, name := range myarrow.LeadingNames(m[2]) {
+	if m := createRE.FindStringSubmatch(q); m != nil {
+		if names := myarrow.LeadingNames(m[1]); len(names) > 0 {
+			if names[0][0] == "" {
+				names[0][0] = schema
+			}
+			return s.adopt(ctx, names[0][0], names[0][1], "created")
+		}
+		return nil
+	}
+	m := ddlRE.FindStringSubmatch(q)
+	if m == nil {
+		return nil
+	}
+	verb := strings.ToUpper(strings.Fields(m[1])[0])
+	names := myarrow.LeadingNames(m[2])
+	if verb == "ALTER" && len(names) > 1 {
+		names = names[:1] // ALTER TABLE names one table
+	}
+	for _, name := range names {
 		if name[0] == "" {
 			name[0] = schema
 		}
 		n := myarrow.CollectionName(name[0], name[1])
 		mt := s.tables[n]
-		if mt == nil || mt.failed {
+		if mt == nil {
+			continue
+		}
+		if verb == "ALTER" {
+			if err := s.alter(ctx, mt); err != nil {
+				return err
+			}
+			continue
+		}
+		if mt.failed {
 			continue
 		}
 		var msg string
@@ -823,6 +929,103 @@ func (s *myStreamer) ddl(schema, q string) error {
 	return nil
 }
 
+var createRE = regexp.MustCompile("(?is)^\\s*(?:/\\*.*?\\*/\\s*)*CREATE\\s+(?:OR\\s+REPLACE\\s+)?TABLE\\s+(?:IF\\s+NOT\\s+EXISTS\\s+)?(.*)$")
+
+// adopt starts streaming db.table, created (or first seen) at the open
+// transaction, when a TableAdder sink wants it and it is not streamed
+// already (or was stopped: dropped, then created again).
+func (s *myStreamer) adopt(ctx context.Context, db, table, why string) error {
+	ta, ok := s.sink.(TableAdder)
+	n := myarrow.CollectionName(db, table)
+	if mt := s.tables[n]; !ok || mt != nil && !mt.failed || !ta.Wants(db, table) {
+		return nil
+	}
+	t, err := myarrow.LoadTable(ctx, s.srv.Conn, db, table)
+	if errors.Is(err, myarrow.ErrNoTable) {
+		return nil // gone again: its DROP or RENAME is further on
+	}
+	if err != nil {
+		return fmt.Errorf("replicate mysql: table %s %s at %s: %w", n, why, s.txnGTID, err)
+	}
+	if err := sinkErr(ta.TableAdded(t, s.txn, s.progress, fmt.Sprintf("%s %s at %s", n, why, s.txnGTID))); err != nil {
+		return err
+	}
+	s.tables[n] = &myTable{t: t}
+	return nil
+}
+
+// alter follows an ALTER TABLE of a streamed table at the open
+// transaction: the table is described again (the statement holds its
+// metadata lock until it is in the binlog, so the description has it,
+// and any later change of the table is further on in the binlog); if
+// its columns changed, a TableChanger sink is offered to re-snapshot it
+// there and the stream goes on with the new description; without one (or
+// when it declines), or when the table is gone (ALTER ... RENAME TO),
+// the collection stops with a definite error.
+func (s *myStreamer) alter(ctx context.Context, mt *myTable) error {
+	n := mt.t.QualifiedName()
+	tc, changer := s.sink.(TableChanger)
+	if mt.failed && !changer {
+		return nil
+	}
+	t, err := myarrow.LoadTable(ctx, s.srv.Conn, mt.t.Schema, mt.t.Name)
+	if errors.Is(err, myarrow.ErrNoTable) {
+		if mt.failed {
+			return nil
+		}
+		return s.fail(mt, fmt.Sprintf("%s was renamed (or dropped) at %s; the collection stops here: ingest the table under its new name (a new --tables entry)", n, s.txnGTID))
+	}
+	if err != nil {
+		return fmt.Errorf("replicate mysql: after ALTER TABLE at %s: %w", s.txnGTID, err)
+	}
+	change := TableChange(mt.t, t)
+	if change == "" && !mt.failed {
+		mt.t = t // an index, a comment, ...: the same columns
+		return nil
+	}
+	if change == "" {
+		change = "altered"
+	}
+	if changer {
+		ok, err := tc.TableChanged(t, s.txn, s.progress, fmt.Sprintf("%s at %s: %s", n, s.txnGTID, change))
+		if err != nil {
+			return sinkErr(err)
+		}
+		if ok {
+			if mt.rb != nil {
+				mt.rb.Release()
+				mt.rb = nil
+			}
+			mt.t, mt.failed, mt.checked = t, false, nil
+			return nil
+		}
+	}
+	if mt.failed {
+		return nil
+	}
+	return s.fail(mt, fmt.Sprintf("%s was altered at %s (%s); the collection stops here: re-snapshot it (rtrctl ingest --resnapshot %s)", n, s.txnGTID, change, n))
+}
+
+// TableChange says how the columns of b differ from those of a (names,
+// order, types, nullability, character sets), or "" when they do not.
+func TableChange(a, b *myarrow.Table) string {
+	if d := arrowutil.FieldsChange(a.Fields(), b.Fields()); d != "" {
+		return d
+	}
+	for i, c := range a.Columns {
+		o := b.Columns[i]
+		switch {
+		case c.ColumnType != o.ColumnType:
+			return fmt.Sprintf("column %s is %s, was %s", c.Name, o.ColumnType, c.ColumnType)
+		case c.Nullable != o.Nullable:
+			return fmt.Sprintf("column %s changed nullability", c.Name)
+		case (c.Charset == nil) != (o.Charset == nil) || c.Charset != nil && c.Charset.Name != o.Charset.Name:
+			return fmt.Sprintf("column %s changed its character set", c.Name)
+		}
+	}
+	return ""
+}
+
 func (s *myStreamer) fail(mt *myTable, msg string) error {
 	mt.failed = true
 	if mt.rb != nil {
@@ -839,8 +1042,17 @@ var systemSchemas = map[string]bool{"mysql": true, "information_schema": true, "
 func (s *myStreamer) tableMap(ctx context.Context, ev *replication.TableMapEvent) error {
 	name := myarrow.CollectionName(string(ev.Schema), string(ev.Table))
 	mt := s.tables[name]
+	if mt == nil && !s.all {
+		// A table renamed into what the sink wants (TableAdder).
+		if err := s.adopt(ctx, string(ev.Schema), string(ev.Table), "first seen in the binlog"); err != nil {
+			return err
+		}
+		if mt = s.tables[name]; mt == nil {
+			return nil
+		}
+	}
 	if mt == nil {
-		if !s.all || systemSchemas[strings.ToLower(string(ev.Schema))] {
+		if systemSchemas[strings.ToLower(string(ev.Schema))] {
 			return nil
 		}
 		t := s.cfg.Known[name]
@@ -862,7 +1074,7 @@ func (s *myStreamer) tableMap(ctx context.Context, ev *replication.TableMapEvent
 	if mt.checked == nil && s.cfg.Expect != nil {
 		if exp := s.cfg.Expect(name); exp != nil {
 			if diff := arrowutil.FieldsChange(exp.Fields(), mt.t.Fields()); diff != "" {
-				return s.fail(mt, fmt.Sprintf("the columns of %s changed while it was not followed (%s), seen at %s; the collection stops here: a MySQL/MariaDB collection is not re-snapshotted in the stream yet, so ingest the table into a new store (or under a new --source-id)", name, diff, s.txnGTID))
+				return s.fail(mt, fmt.Sprintf("the columns of %s changed while it was not followed (%s), seen at %s; the collection stops here: re-snapshot it (rtrctl ingest --resnapshot %s)", name, diff, s.txnGTID, name))
 			}
 		}
 	}
@@ -871,7 +1083,7 @@ func (s *myStreamer) tableMap(ctx context.Context, ev *replication.TableMapEvent
 		names = ev.ColumnNameString()
 	}
 	if diff := mt.t.CheckBinlogColumns(ev.ColumnType, ev.ColumnMeta, names); diff != "" {
-		return s.fail(mt, fmt.Sprintf("%s was altered at %s (%s); the collection stops here: re-snapshot it", name, s.txnGTID, diff))
+		return s.fail(mt, fmt.Sprintf("%s was altered at %s (%s); the collection stops here: re-snapshot it (rtrctl ingest --resnapshot %s)", name, s.txnGTID, diff, name))
 	}
 	mt.checked = ev
 	return nil
@@ -980,8 +1192,8 @@ func (s *myStreamer) commit() error {
 	} else if err := s.resume.Update(s.txnGTID); err != nil {
 		return fmt.Errorf("track gtid %s: %w", s.txnGTID, err)
 	}
-	if err := s.sink.Progress("", s.progress); err != nil {
-		return sinkErr(err)
+	if err := s.report(); err != nil {
+		return err
 	}
 	if s.stopped() {
 		return errStopAt
@@ -1051,12 +1263,11 @@ func (s *myStreamer) reachIdle() error {
 	if err != nil {
 		return err
 	}
-	if j.Equal(s.progress) {
-		return nil
-	}
 	s.progress = j
-	if err := s.sink.Progress("", s.progress); err != nil {
-		return sinkErr(err)
+	// Also when it did not move: a re-snapshot that finished meanwhile
+	// is handed over (cfg.Limit).
+	if err := s.report(); err != nil {
+		return err
 	}
 	if s.stopped() {
 		return errStopAt

@@ -757,3 +757,82 @@ func mysqlQuote(v any) string {
 	}
 	return fmt.Sprint(v)
 }
+
+// MySQLCopy copies cfg.Tables in one transaction WITH CONSISTENT SNAPSHOT,
+// without a rewind and without progress: the rows go to sink at time 0
+// (partition timeZeroPartition of the snapshot) with diff +1, and
+// MySQLCopy returns the snapshot's upper S (the copy holds exactly the
+// transactions S is beyond: per GTID domain, or MySQL server, those
+// below S's position there) and the tables as described just before the
+// snapshot began. An ingest re-snapshots a collection in the middle of
+// its binlog stream with it (pkg/ingest): the changes the stream brings
+// between the collection's reset and S are taken back from the copy
+// there. cfg.Start and cfg.Parallel are not used (one connection: on
+// MariaDB no lock at all; on MySQL a brief FLUSH TABLES WITH READ LOCK).
+// A value that does not convert fails the copy.
+func MySQLCopy(ctx context.Context, cfg MySQLConfig, sink pipe.Sink) (frontier.Frontier, []*myarrow.Table, error) {
+	if cfg.BatchRows <= 0 {
+		cfg.BatchRows = DefaultBatchRows
+	}
+	if cfg.Source == "" {
+		cfg.Source = "mysql"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	fail := func(err error) (frontier.Frontier, []*myarrow.Table, error) {
+		return frontier.Frontier{}, nil, fmt.Errorf("snapshot copy: %w", err)
+	}
+	srv, err := replicate.OpenServer(ctx, cfg.Upstream)
+	if err != nil {
+		return fail(err)
+	}
+	defer srv.Conn.Close()
+	var tabs []*myTab
+	var out []*myarrow.Table
+	for _, name := range cfg.Tables {
+		db, tn, err := myarrow.ParseName(name)
+		if err != nil {
+			return fail(err)
+		}
+		t, err := myarrow.LoadTable(ctx, srv.Conn, db, tn)
+		if err != nil {
+			return fail(err)
+		}
+		tabs = append(tabs, &myTab{t: t})
+		out = append(out, t)
+	}
+	w, err := cfg.Upstream.Connect(ctx)
+	if err != nil {
+		return fail(fmt.Errorf("open copy connection: %w", err))
+	}
+	defer w.Close()
+	for _, q := range []string{"SET NAMES utf8mb4", "SET time_zone = '+00:00'", "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"} {
+		if _, err := upstream.Execute(ctx, w, q); err != nil {
+			return fail(fmt.Errorf("%s: %w", q, err))
+		}
+	}
+	workers := []*client.Conn{w}
+	pos, err := beginSnapshot(ctx, srv, workers, &MySQLResult{})
+	if err != nil {
+		return fail(err)
+	}
+	_, snap, err := replicate.ParsePosition(srv.MariaDB, pos)
+	if err != nil {
+		return fail(err)
+	}
+	part := timeZeroPartition(snap, srv)
+	tasks := make([]myTask, len(tabs))
+	for i, tb := range tabs {
+		tasks[i] = myTask{tb: tb}
+	}
+	if err := copyMySQL(ctx, cfg, srv.Domain(), part, workers, tasks, tabs, sink, time.Now()); err != nil {
+		return fail(err)
+	}
+	for _, tb := range tabs {
+		if tb.failed {
+			return fail(fmt.Errorf("%s has a value that does not convert", tb.t.QualifiedName()))
+		}
+	}
+	return snap, out, nil
+}

@@ -114,6 +114,39 @@ func myConnect(t testing.TB, m *testenv.MariaDB) *client.Conn {
 	return c
 }
 
+// myWriter runs writes on a connection of its own until stop.
+type myWriter struct {
+	writes atomic.Int64 // done
+	stop   func()
+}
+
+// startMyWriter runs write (the i-th write, from 0) again and again until
+// stop or its first error.
+func startMyWriter(t testing.TB, m *testenv.MariaDB, write func(w *client.Conn, i int64) error) *myWriter {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	mw := &myWriter{}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		w, err := m.Connect(ctx, "")
+		if err != nil {
+			return
+		}
+		defer w.Close()
+		for ctx.Err() == nil {
+			if write(w, mw.writes.Load()) != nil {
+				return
+			}
+			mw.writes.Add(1)
+		}
+	}()
+	mw.stop = func() { cancel(); wg.Wait() }
+	t.Cleanup(mw.stop)
+	return mw
+}
+
 func myPosition(t testing.TB, m *testenv.MariaDB) (string, frontier.Frontier) {
 	t.Helper()
 	srv, err := replicate.OpenServer(context.Background(), upstream.MustParseMySQL(m.URL()))
@@ -226,36 +259,23 @@ func TestMySQLSnapshotDefinite(t *testing.T) {
 	myExec(t, conn, fmt.Sprintf("INSERT INTO %s.acct VALUES %s", db, strings.Join(vals, ",")))
 	myExec(t, conn, fmt.Sprintf("ANALYZE TABLE %s.acct", db))
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var writes atomic.Int64
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		w, err := m.Connect(ctx, "")
-		if err != nil {
-			return
+	r := rand.New(rand.NewPCG(1, 2))
+	writer := startMyWriter(t, m, func(w *client.Conn, i int64) error {
+		a, b := r.IntN(2000), r.IntN(2000)
+		if _, err := w.Execute("BEGIN"); err != nil {
+			return err
 		}
-		defer w.Close()
-		r := rand.New(rand.NewPCG(1, 2))
-		for ctx.Err() == nil {
-			a, b := r.IntN(2000), r.IntN(2000)
-			if _, err := w.Execute("BEGIN"); err != nil {
-				return
-			}
-			_, _ = w.Execute(fmt.Sprintf("UPDATE %s.acct SET bal = bal - 7, note = 'w%d' WHERE id = %d", db, writes.Load(), a))
-			_, _ = w.Execute(fmt.Sprintf("UPDATE %s.acct SET bal = bal + 7 WHERE id = %d", db, b))
-			_, _ = w.Execute(fmt.Sprintf("INSERT INTO %s.ev (acct, v) VALUES (%d, %f)", db, a, r.Float64()))
-			if r.IntN(5) == 0 {
-				_, _ = w.Execute(fmt.Sprintf("DELETE FROM %s.ev ORDER BY id LIMIT 1", db))
-			}
-			if _, err := w.Execute("COMMIT"); err != nil {
-				return
-			}
-			writes.Add(1)
+		_, _ = w.Execute(fmt.Sprintf("UPDATE %s.acct SET bal = bal - 7, note = 'w%d' WHERE id = %d", db, i, a))
+		_, _ = w.Execute(fmt.Sprintf("UPDATE %s.acct SET bal = bal + 7 WHERE id = %d", db, b))
+		_, _ = w.Execute(fmt.Sprintf("INSERT INTO %s.ev (acct, v) VALUES (%d, %f)", db, a, r.Float64()))
+		if r.IntN(5) == 0 {
+			_, _ = w.Execute(fmt.Sprintf("DELETE FROM %s.ev ORDER BY id LIMIT 1", db))
 		}
-	}()
+		_, err := w.Execute("COMMIT")
+		return err
+	})
+	writes := &writer.writes
+	ctx := context.Background()
 	for writes.Load() < 50 {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -274,8 +294,7 @@ func TestMySQLSnapshotDefinite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cancel()
-	wg.Wait()
+	writer.stop()
 	third := newMyRows()
 	res3, err := MySQL(context.Background(), MySQLConfig{Upstream: upstream.MustParseMySQL(m.URL()), Tables: tables, Start: res1.Start, Parallel: 2}, third)
 	if err != nil {
