@@ -388,13 +388,13 @@ func resolveTables(ctx context.Context, up *upstream.Postgres, publication strin
 		}
 		names = append(names, n)
 	}
+	loaded, err := pgarrow.LoadTables(ctx, conn, names)
+	if err != nil {
+		return nil, err
+	}
 	var out []*pgarrow.Table
 	seen := map[uint32]bool{}
-	for _, n := range names {
-		tab, err := pgarrow.LoadTableByName(ctx, conn, n)
-		if err != nil {
-			return nil, err
-		}
+	for _, tab := range loaded {
 		if !seen[tab.OID] {
 			seen[tab.OID] = true
 			out = append(out, tab)

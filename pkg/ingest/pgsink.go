@@ -470,17 +470,24 @@ func (pp *pubPoller) read(ctx context.Context, conn *pgx.Conn, seq uint64) (*pol
 		return nil, fmt.Errorf("poll publication %s: %w", pp.p.cfg.Publication, err)
 	}
 	r := &pollReading{seq: seq, at: at, published: map[string]*pgarrow.Table{}}
+	var unknown []pgarrow.TableName
 	for _, row := range res[1].Rows {
 		n := pgarrow.TableName{Schema: string(row[0]), Name: string(row[1])}
 		name := n.String()
 		r.published[name] = nil
-		if pp.known[name] {
-			continue
+		if !pp.known[name] {
+			unknown = append(unknown, n)
 		}
-		t, err := pgarrow.LoadTableByName(ctx, conn, n)
-		if err != nil {
-			return nil, fmt.Errorf("poll publication %s: describe %s: %w", pp.p.cfg.Publication, name, err)
-		}
+	}
+	if len(unknown) == 0 {
+		return r, nil
+	}
+	tabs, err := pgarrow.LoadTables(ctx, conn, unknown)
+	if err != nil {
+		return nil, fmt.Errorf("poll publication %s: describe the tables new to it: %w", pp.p.cfg.Publication, err)
+	}
+	for i, t := range tabs {
+		name := unknown[i].String()
 		r.published[name] = t
 		pp.known[name] = true
 	}
