@@ -156,14 +156,15 @@ func (r *Result) Rewound() int64 {
 // exactly as of the start of the permanent slot cfg.Slot, at source time
 // 0, however late the copy is taken (docs/snapshot.md):
 //
-//  1. ensure the slot exists; its confirmed_flush_lsn is slot_lsn;
-//  2. create a temporary slot exporting its snapshot; its consistent
-//     point is snapshot_lsn; cfg.Parallel connections import the snapshot
-//     and COPY the tables (large ones in ctid ranges), each row at time 0
-//     with diff +1;
+//  1. read the slot; its confirmed_flush_lsn is slot_lsn;
+//  2. create a temporary slot exporting its snapshot (or, when the slot
+//     is missing, the slot itself: then slot_lsn is snapshot_lsn); its
+//     consistent point is snapshot_lsn; cfg.Parallel connections import
+//     the snapshot and COPY the tables (large ones in ctid ranges, small
+//     ones several in one round trip), each row at time 0 with diff +1;
 //  3. read the permanent slot from slot_lsn without confirming anything
 //     and emit every change committed below snapshot_lsn negated, at time
-//     0;
+//     0 (nothing to do for a slot made in step 2);
 //  4. report each table complete at time 0 (upper 1).
 func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 	began := time.Now()
@@ -181,6 +182,8 @@ func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 	if err := CheckSlotName(cfg.Slot); err != nil {
 		return nil, err
 	}
+	dl := startDials(ctx, cfg)
+	defer dl.close()
 	conn, err := cfg.Upstream.Connect(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
@@ -194,40 +197,31 @@ func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 
-	// A table that is not FULL cannot have its changes to older rows
-	// rewound: a slot made for this snapshot is made with the copy's
-	// snapshot, so that there is nothing to rewind.
+	// A slot made for this snapshot is made with the copy's snapshot, so
+	// that there is nothing to rewind (and for a table that is not FULL,
+	// whose changes to older rows could not be rewound, nothing that
+	// cannot be).
 	keyed := false
 	for _, tb := range tables {
 		keyed = keyed || tb.key != nil
 	}
-	var slotLSN frontier.LSN
-	created, withCopy := false, false
-	if keyed {
-		var found bool
-		if slotLSN, found, err = readSlot(ctx, conn, cfg.Slot); err != nil {
+	slotLSN, found, err := readSlot(ctx, conn, cfg.Slot)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	if keyed && found && cfg.Recreate {
+		log.Info("snapshot: dropping the slot to create it again with the copy's snapshot (nothing is bound to its start yet)", "slot", cfg.Slot, "slot_lsn", slotLSN)
+		if err := dropSlot(ctx, conn, cfg.Slot); err != nil {
 			return nil, fmt.Errorf("snapshot: %w", err)
 		}
-		if found && cfg.Recreate {
-			log.Info("snapshot: dropping the slot to create it again with the copy's snapshot (nothing is bound to its start yet)", "slot", cfg.Slot, "slot_lsn", slotLSN)
-			if err := dropSlot(ctx, conn, cfg.Slot); err != nil {
-				return nil, fmt.Errorf("snapshot: %w", err)
-			}
-			found = false
-		}
-		withCopy = !found
+		found = false
 	}
-	if !withCopy {
-		if slotLSN, created, err = EnsureSlot(ctx, conn, cfg.Slot); err != nil {
-			return nil, fmt.Errorf("snapshot: %w", err)
-		}
-	}
-
+	created, withCopy := false, !found
 	permanent := ""
 	if withCopy {
 		permanent = cfg.Slot
 	}
-	snapLSN, err := copyTables(ctx, cfg, tables, sink, began, permanent)
+	snapLSN, err := copyTables(ctx, cfg, dl, tables, sink, began, permanent)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
@@ -245,6 +239,9 @@ func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 	if err := rewind(ctx, cfg, tables, slotLSN, snapLSN, sink, began); err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
+	if withCopy {
+		return finish(res, tables, sink)
+	}
 	// The rewind is right only if it began at slot_lsn: a slot that moved
 	// meanwhile was streamed from its new start.
 	now, found, err := readSlot(ctx, conn, cfg.Slot)
@@ -256,6 +253,11 @@ func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 			ErrSlot, cfg.Slot, slotLSN, now)
 	}
 
+	return finish(res, tables, sink)
+}
+
+// finish reports every table complete at time 0 and fills res.Tables.
+func finish(res *Result, tables []*table, sink pipe.Sink) (*Result, error) {
 	done := frontier.Single(frontier.DomainLSN, 1)
 	for _, tb := range tables {
 		if err := sink.Progress(tb.name, done); err != nil {
@@ -291,7 +293,7 @@ func (cfg Config) withDefaults() Config {
 
 // loadTables resolves, describes and checks the tables to snapshot.
 func loadTables(ctx context.Context, conn *pgx.Conn, cfg Config) ([]*table, error) {
-	rels, err := resolveTables(ctx, conn, cfg.Publication, cfg.Tables)
+	rels, tabs, err := resolveTables(ctx, conn, cfg.Publication, cfg.Tables)
 	if err != nil {
 		return nil, err
 	}
@@ -308,11 +310,8 @@ func loadTables(ctx context.Context, conn *pgx.Conn, cfg Config) ([]*table, erro
 			keys[id.QualifiedName()] = id.Key
 		}
 	}
-	for _, r := range rels {
-		t, err := pgarrow.LoadTableByName(ctx, conn, r)
-		if err != nil {
-			return nil, fmt.Errorf("describe %s: %w", r, err)
-		}
+	for i, r := range rels {
+		t := tabs[i]
 		key := keys[t.QualifiedName()]
 		if t.ReplicaIdentity != "full" && len(key) == 0 {
 			ident := t.ReplicaIdentity
@@ -329,20 +328,54 @@ func loadTables(ctx context.Context, conn *pgx.Conn, cfg Config) ([]*table, erro
 		if decs, ok := binaryDecoders(t); ok && cfg.Format == "auto" {
 			tb.decs = decs
 		}
-		var tuples float64
-		if err := conn.QueryRow(ctx, "SELECT relkind::text, relpages::int8, reltuples::float8 FROM pg_class WHERE oid = $1",
-			t.OID).Scan(&tb.relkind, &tb.relpages, &tuples); err != nil {
-			return nil, fmt.Errorf("describe %s: %w", r, err)
-		}
-		if tuples > 0 {
-			tb.tuples = int64(tuples)
-		}
 		tables = append(tables, tb)
+	}
+	if len(bad) == 0 {
+		if err := readSizes(ctx, conn, tables); err != nil {
+			return nil, err
+		}
 	}
 	if len(bad) > 0 {
 		return nil, replicaIdentityError(bad, idents, cfg.KeyedIdentity)
 	}
 	return tables, nil
+}
+
+// readSizes reads the tables' kinds, pages and estimated rows, in one
+// round trip.
+func readSizes(ctx context.Context, conn *pgx.Conn, tables []*table) error {
+	oids := make([]uint32, len(tables))
+	for i, tb := range tables {
+		oids[i] = tb.t.OID
+	}
+	rows, err := conn.Query(ctx, `SELECT u.i, c.relkind::text, c.relpages::int8, c.reltuples::float8
+		FROM unnest($1::oid[]) WITH ORDINALITY u(o, i) JOIN pg_catalog.pg_class c ON c.oid = u.o`, oids)
+	if err != nil {
+		return fmt.Errorf("describe tables: %w", err)
+	}
+	found := 0
+	for rows.Next() {
+		var i int
+		var kind string
+		var pages int64
+		var tuples float64
+		if err := rows.Scan(&i, &kind, &pages, &tuples); err != nil {
+			return fmt.Errorf("describe tables: %w", err)
+		}
+		tb := tables[i-1]
+		tb.relkind, tb.relpages = kind, pages
+		if tuples > 0 {
+			tb.tuples = int64(tuples)
+		}
+		found++
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("describe tables: %w", err)
+	}
+	if found != len(tables) {
+		return fmt.Errorf("describe tables: %d of %d tables were dropped meanwhile", len(tables)-found, len(tables))
+	}
+	return nil
 }
 
 // plan lists the COPY tasks: larger tables first, so that the last task
@@ -387,11 +420,11 @@ func plan(tables []*table, parallel int, rangePages int64) []task {
 // copyTables copies the tables in one snapshot and returns its LSN. With
 // permanent, the snapshot is that of the permanent slot it names, created
 // here; else of a temporary slot.
-func copyTables(ctx context.Context, cfg Config, tables []*table, sink pipe.Sink, began time.Time, permanent string) (frontier.LSN, error) {
-	replUp := cfg.Upstream.With(func(c *pgx.ConnConfig) { c.RuntimeParams["replication"] = "database" })
-	repl, err := replUp.Connect(ctx)
+func copyTables(ctx context.Context, cfg Config, dl *dials, tables []*table, sink pipe.Sink, began time.Time, permanent string) (frontier.LSN, error) {
+	defer dl.close()
+	repl, err := dl.repl.wait()
 	if err != nil {
-		return 0, fmt.Errorf("open replication connection: %w", err)
+		return 0, err
 	}
 	replOpen := true
 	closeRepl := func() {
@@ -408,8 +441,8 @@ func copyTables(ctx context.Context, cfg Config, tables []*table, sink pipe.Sink
 	cfg.Logger.Debug("snapshot: exported", "snapshot", snap.name, "snapshot_lsn", snap.lsn, "temporary_slot", snap.slot)
 
 	// Every worker imports the snapshot before the exporting connection
-	// moves on (which ends the export).
-	workers := make([]*pgx.Conn, cfg.Parallel)
+	// moves on (which ends the export), in one round trip.
+	workers := make([]*pgx.Conn, len(dl.workers))
 	defer func() {
 		for _, w := range workers {
 			if w != nil {
@@ -417,19 +450,16 @@ func copyTables(ctx context.Context, cfg Config, tables []*table, sink pipe.Sink
 			}
 		}
 	}()
-	copyUp := cfg.Upstream.With(pgarrow.ConfigureSession)
 	g, gctx := errgroup.WithContext(ctx)
 	for i := range workers {
 		g.Go(func() error {
-			w, err := copyUp.Connect(gctx)
+			w, err := dl.workers[i].wait()
 			if err != nil {
-				return fmt.Errorf("open copy connection: %w", err)
+				return err
 			}
 			workers[i] = w
-			if _, err := w.Exec(gctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
-				return fmt.Errorf("begin copy transaction: %w", err)
-			}
-			if _, err := w.Exec(gctx, fmt.Sprintf("SET TRANSACTION SNAPSHOT '%s'", snap.name)); err != nil {
+			_, err = w.PgConn().Exec(gctx, fmt.Sprintf("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '%s'", snap.name)).ReadAll()
+			if err != nil {
 				return fmt.Errorf("import snapshot %s: %w", snap.name, err)
 			}
 			return nil
@@ -510,35 +540,28 @@ func copyWorker(ctx context.Context, conn *pgx.Conn, cfg Config, queue <-chan ta
 			bc.release()
 		}
 	}()
-	for k := range queue {
+	var next *task
+	for {
+		var k task
+		if next != nil {
+			k, next = *next, nil
+		} else if m, ok := <-queue; ok {
+			k = m
+		} else {
+			break
+		}
 		if k.tb.failed.Load() {
 			continue
 		}
-		c := &copier{ctx: ctx, tb: k.tb, consts: consts, out: out, maxRows: cfg.BatchRows, maxBytes: cfg.BatchBytes}
 		if k.tb.decs != nil {
-			bc := bins[k.tb]
-			if bc == nil {
-				bc = newBinCopier(c, memory.DefaultAllocator, k.tb.decs)
-				bins[k.tb] = bc
-			}
-			bc.base, bc.header, bc.trailer, bc.buf = c, false, false, bc.buf[:0]
-			if _, err := conn.PgConn().CopyTo(ctx, bc, k.sql()); err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				return fmt.Errorf("copy %s: %w", k.tb.name, err)
-			}
-			bad := bc.bad
-			if err := bc.finish(); err != nil {
+			var tasks []task
+			tasks, next = takeBatch(k, queue)
+			if err := copyBinary(ctx, conn, cfg, consts, bins, tasks, out); err != nil {
 				return err
-			}
-			if bad != nil {
-				if err := failTable(ctx, c, diagnoseBinary(ctx, conn, k, bad)); err != nil {
-					return err
-				}
 			}
 			continue
 		}
+		c := &copier{ctx: ctx, tb: k.tb, consts: consts, out: out, maxRows: cfg.BatchRows, maxBytes: cfg.BatchBytes}
 		rb := builders[k.tb]
 		if rb == nil {
 			var err error
@@ -568,10 +591,8 @@ func copyWorker(ctx context.Context, conn *pgx.Conn, cfg Config, queue <-chan ta
 			return err
 		}
 	}
-	_, err := conn.Exec(ctx, "COMMIT")
-	if err != nil {
-		return fmt.Errorf("end copy transaction: %w", err)
-	}
+	// No COMMIT: the transaction only read, and its connection is closed
+	// next, which ends it without a round trip.
 	return nil
 }
 
