@@ -82,6 +82,11 @@ func CheckLogical(ctx context.Context, conn *pgx.Conn) error {
 	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
 		return fmt.Errorf("read wal_level: %w", err)
 	}
+	return CheckWALLevel(level)
+}
+
+// CheckWALLevel is CheckLogical for a wal_level read already.
+func CheckWALLevel(level string) error {
 	if level != "logical" {
 		return hint.Wrap(fmt.Errorf("postgres wal_level is %q, but logical replication needs wal_level=logical", level),
 			"run: ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL")
