@@ -34,11 +34,11 @@ func Copy(ctx context.Context, cfg Config, sink pipe.Sink) (frontier.LSN, []*pga
 		return 0, nil, fmt.Errorf("snapshot copy: %w", err)
 	}
 	defer conn.Close(context.Background())
-	tables, err := loadTables(ctx, conn, cfg)
+	tables, err := loadTables(ctx, conn, cfg, nil)
 	if err != nil {
 		return 0, nil, fmt.Errorf("snapshot copy: %w", err)
 	}
-	snapLSN, err := copyTables(ctx, cfg, dl, tables, sink, began, "")
+	snapLSN, _, err := copyTables(ctx, cfg, dl, tables, sink, began, "")
 	if err != nil {
 		return 0, nil, fmt.Errorf("snapshot copy: %w", err)
 	}

@@ -9,10 +9,10 @@ import (
 
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/rtrctl/rtrctl/pkg/frontier"
-	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
@@ -74,6 +74,13 @@ type Config struct {
 	// caller to whom the slot's start means nothing yet (an ingest with
 	// nothing durable).
 	Recreate bool
+	// Conn, when set, is the ordinary connection PG reads the catalog and
+	// the slot on, instead of one of its own; PG leaves it open.
+	Conn *pgx.Conn
+	// KeepReplication makes PG hand over, in Result.Replication, the
+	// replication connection that created a missing slot (for the
+	// caller's START_REPLICATION of it, without connecting again).
+	KeepReplication bool
 	// OnProgress, if set, is called after every record written, from the
 	// goroutine that calls the Sink.
 	OnProgress func(Progress)
@@ -111,6 +118,10 @@ type Result struct {
 	SnapshotLSN frontier.LSN
 	// Tables in the order given (or of the publication).
 	Tables []TableResult
+	// Replication is, with Config.KeepReplication, the replication
+	// connection that created the slot (nil when the slot existed); the
+	// caller closes it.
+	Replication *pgconn.PgConn
 }
 
 // TableResult is one table of a snapshot.
@@ -184,15 +195,17 @@ func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 	}
 	dl := startDials(ctx, cfg)
 	defer dl.close()
-	conn, err := cfg.Upstream.Connect(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: %w", err)
+	conn := cfg.Conn
+	if conn == nil {
+		c, err := cfg.Upstream.Connect(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: %w", err)
+		}
+		defer c.Close(context.Background())
+		conn = c
 	}
-	defer conn.Close(context.Background())
-	if err := probe.CheckLogical(ctx, conn); err != nil {
-		return nil, fmt.Errorf("snapshot: %w", err)
-	}
-	tables, err := loadTables(ctx, conn, cfg)
+	var slot *slotRow
+	tables, err := loadTables(ctx, conn, cfg, func(b *pgx.Batch) { slot = queueSlot(b, cfg.Slot) })
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
@@ -205,7 +218,7 @@ func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 	for _, tb := range tables {
 		keyed = keyed || tb.key != nil
 	}
-	slotLSN, found, err := readSlot(ctx, conn, cfg.Slot)
+	slotLSN, found, err := slot.result()
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
@@ -221,7 +234,7 @@ func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 	if withCopy {
 		permanent = cfg.Slot
 	}
-	snapLSN, err := copyTables(ctx, cfg, dl, tables, sink, began, permanent)
+	snapLSN, repl, err := copyTables(ctx, cfg, dl, tables, sink, began, permanent)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
@@ -229,6 +242,13 @@ func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 		slotLSN, created = snapLSN, true
 	}
 	res := &Result{SlotLSN: slotLSN, SlotCreated: created}
+	if repl != nil {
+		defer func() {
+			if res.Replication == nil {
+				repl.Close(context.Background())
+			}
+		}()
+	}
 	log.Debug("snapshot: slot", "slot", cfg.Slot, "slot_lsn", slotLSN, "created", created, "with_copy", withCopy)
 	res.SnapshotLSN = snapLSN
 	if snapLSN < slotLSN {
@@ -240,7 +260,11 @@ func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	if withCopy {
-		return finish(res, tables, sink)
+		if _, err := finish(res, tables, sink); err != nil {
+			return nil, err
+		}
+		res.Replication = repl
+		return res, nil
 	}
 	// The rewind is right only if it began at slot_lsn: a slot that moved
 	// meanwhile was streamed from its new start.
@@ -292,7 +316,9 @@ func (cfg Config) withDefaults() Config {
 }
 
 // loadTables resolves, describes and checks the tables to snapshot.
-func loadTables(ctx context.Context, conn *pgx.Conn, cfg Config) ([]*table, error) {
+// extra, when set, queues more queries in the same round trip as the
+// tables' identities.
+func loadTables(ctx context.Context, conn *pgx.Conn, cfg Config, extra func(*pgx.Batch)) ([]*table, error) {
 	rels, tabs, err := resolveTables(ctx, conn, cfg.Publication, cfg.Tables)
 	if err != nil {
 		return nil, err
@@ -301,12 +327,21 @@ func loadTables(ctx context.Context, conn *pgx.Conn, cfg Config) ([]*table, erro
 	var bad []relName
 	var idents []string
 	keys := map[string][]string{}
+	b := &pgx.Batch{}
+	var ids *[]replicate.Identity
 	if cfg.KeyedIdentity {
-		ids, err := replicate.LoadIdentities(ctx, conn, cfg.Publication)
-		if err != nil {
-			return nil, err
+		ids = replicate.QueueIdentities(b, cfg.Publication)
+	}
+	if extra != nil {
+		extra(b)
+	}
+	if b.Len() > 0 {
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			return nil, fmt.Errorf("read replica identities of publication %s: %w", cfg.Publication, err)
 		}
-		for _, id := range ids {
+	}
+	if ids != nil {
+		for _, id := range *ids {
 			keys[id.QualifiedName()] = id.Key
 		}
 	}
@@ -420,11 +455,23 @@ func plan(tables []*table, parallel int, rangePages int64) []task {
 // copyTables copies the tables in one snapshot and returns its LSN. With
 // permanent, the snapshot is that of the permanent slot it names, created
 // here; else of a temporary slot.
-func copyTables(ctx context.Context, cfg Config, dl *dials, tables []*table, sink pipe.Sink, began time.Time, permanent string) (frontier.LSN, error) {
+// With cfg.KeepReplication and permanent, it returns the replication
+// connection that created the slot, for the caller to close.
+func copyTables(ctx context.Context, cfg Config, dl *dials, tables []*table, sink pipe.Sink, began time.Time, permanent string) (frontier.LSN, *pgconn.PgConn, error) {
+	lsn, repl, err := copyTables1(ctx, cfg, dl, tables, sink, began, permanent)
+	if repl == nil {
+		return lsn, nil, err
+	}
+	return lsn, repl.PgConn(), err
+}
+
+// copyTables1 is copyTables; it returns the replication connection, if
+// still open.
+func copyTables1(ctx context.Context, cfg Config, dl *dials, tables []*table, sink pipe.Sink, began time.Time, permanent string) (frontier.LSN, *pgx.Conn, error) {
 	defer dl.close()
-	repl, err := dl.repl.wait()
+	repl, err := dl.replication()
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	replOpen := true
 	closeRepl := func() {
@@ -436,7 +483,7 @@ func copyTables(ctx context.Context, cfg Config, dl *dials, tables []*table, sin
 	defer closeRepl()
 	snap, err := exportSnapshot(ctx, repl.PgConn(), permanent)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	cfg.Logger.Debug("snapshot: exported", "snapshot", snap.name, "snapshot_lsn", snap.lsn, "temporary_slot", snap.slot)
 
@@ -453,7 +500,7 @@ func copyTables(ctx context.Context, cfg Config, dl *dials, tables []*table, sin
 	g, gctx := errgroup.WithContext(ctx)
 	for i := range workers {
 		g.Go(func() error {
-			w, err := dl.workers[i].wait()
+			w, err := dl.worker(i)
 			if err != nil {
 				return err
 			}
@@ -466,9 +513,12 @@ func copyTables(ctx context.Context, cfg Config, dl *dials, tables []*table, sin
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	closeRepl()
+	keep := cfg.KeepReplication && permanent != ""
+	if !keep {
+		closeRepl()
+	}
 
 	tasks := plan(tables, cfg.Parallel, cfg.RangePages)
 	var estimate int64
@@ -518,12 +568,16 @@ func copyTables(ctx context.Context, cfg Config, dl *dials, tables []*table, sin
 		}
 	}
 	if serr != nil {
-		return 0, serr
+		return 0, nil, serr
 	}
 	if werr != nil {
-		return 0, werr
+		return 0, nil, werr
 	}
-	return snap.lsn, nil
+	if keep {
+		replOpen = false // the caller's now
+		return snap.lsn, repl, nil
+	}
+	return snap.lsn, nil, nil
 }
 
 // copyWorker runs COPY tasks from queue on conn (inside the imported

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rtrctl/rtrctl/internal/hint"
+	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
 )
 
@@ -33,21 +34,24 @@ var (
 type relName = pgarrow.TableName
 
 // publicationTables returns the tables of publication pub, sorted, in
-// one round trip. It fails with ErrNoPublication when pub does not exist.
+// one round trip, with the server's wal_level checked. It fails with
+// ErrNoPublication when pub does not exist.
 func publicationTables(ctx context.Context, conn *pgx.Conn, pub string) ([]relName, error) {
-	// No row: no publication; one row of NULLs: a publication without
-	// tables.
-	rows, err := conn.Query(ctx, `SELECT pt.schemaname::text, pt.tablename::text FROM pg_catalog.pg_publication p
-		LEFT JOIN pg_catalog.pg_publication_tables pt ON pt.pubname = p.pubname WHERE p.pubname = $1`, pub)
+	// One row without a publication, and one of NULLs for a publication
+	// without tables.
+	rows, err := conn.Query(ctx, `SELECT s.level, p.pubname IS NOT NULL, pt.schemaname::text, pt.tablename::text
+		FROM (SELECT pg_catalog.current_setting('wal_level') AS level) s
+		LEFT JOIN pg_catalog.pg_publication p ON p.pubname = $1
+		LEFT JOIN pg_catalog.pg_publication_tables pt ON pt.pubname = p.pubname`, pub)
 	if err != nil {
 		return nil, fmt.Errorf("read publication %s: %w", pub, err)
 	}
 	exists := false
+	level := ""
 	var out []relName
 	for rows.Next() {
-		exists = true
 		var schema, name *string
-		if err := rows.Scan(&schema, &name); err != nil {
+		if err := rows.Scan(&level, &exists, &schema, &name); err != nil {
 			return nil, fmt.Errorf("read publication %s: %w", pub, err)
 		}
 		if schema != nil && name != nil {
@@ -56,6 +60,9 @@ func publicationTables(ctx context.Context, conn *pgx.Conn, pub string) ([]relNa
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read publication %s: %w", pub, err)
+	}
+	if err := probe.CheckWALLevel(level); err != nil {
+		return nil, err
 	}
 	if !exists {
 		return nil, hint.Wrap(fmt.Errorf("read publication %s: %w", pub, ErrNoPublication),
