@@ -28,6 +28,12 @@ const (
 		FROM unnest($1::oid[]) WITH ORDINALITY w(o, i)
 		JOIN pg_catalog.pg_class c ON c.oid = w.o
 		JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace`
+	wantedByPublication = `SELECT row_number() OVER (ORDER BY pt.schemaname::text, pt.tablename::text) AS i,
+			c.oid, n.nspname::text AS nsp, c.relname::text AS rel, c.relkind::text AS kind, c.relreplident::text AS ident
+		FROM pg_catalog.pg_publication_tables pt
+		JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname
+		JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
+		WHERE pt.pubname = $1`
 	// wantedColumns are the columns of the wanted tables that COPY and
 	// pgoutput carry.
 	wantedColumns = `JOIN pg_catalog.pg_attribute a ON a.attrelid = w.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''`
@@ -102,6 +108,17 @@ func LoadTables(ctx context.Context, conn *pgx.Conn, names []TableName) ([]*Tabl
 	return tabs, nil
 }
 
+// LoadPublicationTables reads every table of publication pub, sorted by
+// schema and name, in one round trip; none when pub has no tables or
+// does not exist.
+func LoadPublicationTables(ctx context.Context, conn *pgx.Conn, pub string) ([]*Table, error) {
+	tabs, _, err := loadTables(ctx, conn, -1, wantedByPublication, pub)
+	if err != nil {
+		return nil, fmt.Errorf("load tables of publication %s: %w", pub, err)
+	}
+	return tabs, nil
+}
+
 // LoadTablesByOID reads the tables with these pg_class oids, in that
 // order, in one round trip, as LoadTableByOID reads each.
 func LoadTablesByOID(ctx context.Context, conn *pgx.Conn, oids []uint32) ([]*Table, error) {
@@ -125,11 +142,12 @@ func notTable(t *Table, kind string) error {
 	return fmt.Errorf("load table %s: relation kind %q is not a table: %w", t.QualifiedName(), kind, ErrTableNotFound)
 }
 
-// loadTables runs the batch: the tables wanted (n of them, by args) and
-// their types. A table not found is nil; a relation that is not a table
-// has no columns and no replica identity, and its kind in kinds.
+// loadTables runs the batch: the tables wanted (n of them, by args; -1:
+// as many as found) and their types. A table not found is nil; a
+// relation that is not a table has no columns and no replica identity,
+// and its kind in kinds.
 func loadTables(ctx context.Context, conn *pgx.Conn, n int, wanted string, args ...any) ([]*Table, []string, error) {
-	out, kinds := make([]*Table, n), make([]string, n)
+	out, kinds := make([]*Table, max(n, 0)), make([]string, max(n, 0))
 	if n == 0 {
 		return out, kinds, nil
 	}
@@ -149,6 +167,9 @@ func loadTables(ctx context.Context, conn *pgx.Conn, n int, wanted string, args 
 			}
 			if err := rows.Scan(&i, &oid, &schema, &name, &kind, &ident, &col.name, &col.typ, &col.mod, &col.notNull, &col.typeName); err != nil {
 				return err
+			}
+			for i > len(out) {
+				out, kinds = append(out, nil), append(kinds, "")
 			}
 			t := out[i-1]
 			if t == nil {
