@@ -106,6 +106,27 @@ func TestLoadTablesBatch(t *testing.T) {
 		t.Errorf("resolved %+v, want %+v", cols, c)
 	}
 
+	// A publication's tables, sorted, in one round trip.
+	if _, err := setup.Exec(ctx, `CREATE PUBLICATION pub FOR TABLE "Odd"."T3", "Odd"."T12", "Odd"."T1"; CREATE PUBLICATION nothing`); err != nil {
+		t.Fatal(err)
+	}
+	before = proxy.RoundTrips()
+	pubTabs, err := pgarrow.LoadPublicationTables(ctx, conn, "pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt := proxy.RoundTrips() - before; rt != 1 {
+		t.Errorf("LoadPublicationTables took %d round trips, want 1", rt)
+	}
+	if len(pubTabs) != 3 || !reflect.DeepEqual(pubTabs, []*pgarrow.Table{tabs[1], tabs[12], tabs[3]}) {
+		t.Errorf("publication tables = %+v, want T1, T12, T3", pubTabs)
+	}
+	for _, pub := range []string{"nothing", "nosuch"} {
+		if got, err := pgarrow.LoadPublicationTables(ctx, conn, pub); err != nil || len(got) != 0 {
+			t.Errorf("LoadPublicationTables(%s) = %v, %v; want none", pub, got, err)
+		}
+	}
+
 	// The first table missing fails as loading it alone does.
 	_, err = pgarrow.LoadTables(ctx, conn, append(names[:2:2], pgarrow.TableName{Schema: "Odd", Name: "t1"}, pgarrow.TableName{Name: "nope"}))
 	_, alone := pgarrow.LoadTableByName(ctx, setup, pgarrow.TableName{Schema: "Odd", Name: "t1"})
