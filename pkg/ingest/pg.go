@@ -157,11 +157,13 @@ func (p *PG) Open(ctx context.Context, st *store.Store) ([]Timeline, error) {
 	p.poll = cfg.Upstream.ConnectLater(ctx)
 	conn, err := p.catalogUpstream().Connect(ctx)
 	if err != nil {
+		p.closeConns() // the driver closes a source that opened
 		return nil, fmt.Errorf("ingest %s: %w", cfg.Source, err)
 	}
 	p.catalog = conn
 	tabs, err := resolveTables(ctx, conn, cfg.Publication, cfg.Tables)
 	if err != nil {
+		p.closeConns()
 		return nil, fmt.Errorf("ingest %s: %w", cfg.Source, err)
 	}
 	tl := Timeline{ID: cfg.Source, Kind: "pg", Domain: frontier.DomainLSN,
