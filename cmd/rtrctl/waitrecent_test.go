@@ -57,7 +57,12 @@ func rrRandom() string {
 // of the server.
 func rrNewUpstream(t *testing.T, table string) *rrUpstream {
 	t.Helper()
-	pg := testenv.SharedPostgres(t)
+	return rrNewUpstreamOn(t, testenv.SharedPostgres(t), table)
+}
+
+// rrNewUpstreamOn is rrNewUpstream on server pg.
+func rrNewUpstreamOn(t *testing.T, pg *testenv.Postgres, table string) *rrUpstream {
+	t.Helper()
 	dsn := pg.CreateDatabase(t)
 	conn, err := pgx.Connect(t.Context(), dsn)
 	if err != nil {

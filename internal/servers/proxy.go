@@ -57,12 +57,19 @@ type Proxy struct {
 	accepted int
 	closed   bool
 	wg       sync.WaitGroup
+	// delivered is the round-trip clock: the greatest depth of a chunk
+	// delivered to a client (RoundTrips).
+	delivered int
 }
 
 type proxyConn struct {
 	client net.Conn
 	once   sync.Once
 	done   chan struct{}
+	// Round-trip depths (under Proxy.mu): floor is the depth of the
+	// connection's TCP handshake, atTarget that of the last chunk
+	// delivered to the target (what the target's chunks answer).
+	floor, atTarget int
 
 	mu     sync.Mutex
 	target net.Conn
@@ -180,6 +187,30 @@ func (p *Proxy) Accepted() int {
 	return p.accepted
 }
 
+// RoundTrips is a round-trip clock: how many round trips through the
+// proxy, one after another, what was delivered so far took at least. It
+// works as a Lamport clock over chunks: a chunk to the target (and a
+// connection's TCP handshake, which a real link pays for) is one round
+// trip deeper than the deepest chunk delivered to any client before it
+// was read; a chunk to the client is as deep as the last one delivered to
+// the target on its connection. Round trips taken at the same time on
+// several connections count once, so it counts the round trips a client
+// waited for, not the messages it sent; local work adds nothing. A test
+// takes the difference of two readings.
+func (p *Proxy) RoundTrips() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.delivered
+}
+
+// depthLocked is the depth of a chunk read now from dir's source.
+func (p *Proxy) depthLocked(c *proxyConn, dir Direction) int {
+	if dir == ToClient {
+		return c.atTarget
+	}
+	return max(p.delivered, c.floor) + 1
+}
+
 // Close stops listening and closes every connection.
 func (p *Proxy) Close() {
 	p.mu.Lock()
@@ -234,6 +265,8 @@ func (p *Proxy) accept() {
 			continue
 		}
 		c := &proxyConn{client: nc, done: make(chan struct{})}
+		c.floor = p.delivered + 1
+		c.atTarget = c.floor
 		p.conns[c] = struct{}{}
 		p.wg.Add(1)
 		p.mu.Unlock()
@@ -296,8 +329,9 @@ func (p *Proxy) serve(c *proxyConn) {
 }
 
 type chunk struct {
-	b  []byte
-	at time.Time
+	b     []byte
+	at    time.Time
+	depth int // RoundTrips
 }
 
 // pump copies src to dst with the proxy's latency, bandwidth and stalls.
@@ -318,9 +352,12 @@ func (p *Proxy) pump(c *proxyConn, dir Direction, src, dst net.Conn) {
 				if !fc.acquire(c, n) {
 					return
 				}
-				p.addQueued(dir, n)
+				p.mu.Lock()
+				p.queued[dir] += int64(n)
+				depth := p.depthLocked(c, dir)
+				p.mu.Unlock()
 				select {
-				case ch <- chunk{b: append([]byte(nil), buf[:n]...), at: time.Now()}:
+				case ch <- chunk{b: append([]byte(nil), buf[:n]...), at: time.Now(), depth: depth}:
 				case <-c.done:
 					return
 				}
@@ -425,6 +462,15 @@ func (p *Proxy) deliver(c *proxyConn, dir Direction, dst net.Conn, k chunk) bool
 	if !sleepUntil(c, k.at.Add(lat)) {
 		return false
 	}
+	// The clock moves before the bytes are written: the other side may
+	// answer before Write returns.
+	p.mu.Lock()
+	if dir == ToClient {
+		p.delivered = max(p.delivered, k.depth)
+	} else {
+		c.atTarget = k.depth
+	}
+	p.mu.Unlock()
 	b := k.b
 	for len(b) > 0 {
 		if !p.gate(c) {

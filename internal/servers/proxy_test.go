@@ -260,3 +260,39 @@ func TestProxyDSN(t *testing.T) {
 		t.Errorf("DSN = %q, want %q", got, want)
 	}
 }
+
+// TestProxyRoundTrips: the round-trip clock counts a connection's
+// handshake and each request answered in turn, and round trips taken at
+// the same time on two connections once.
+func TestProxyRoundTrips(t *testing.T) {
+	p := startProxy(t, echoServer(t))
+	ping := func(c net.Conn) {
+		t.Helper()
+		if _, err := c.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(c, buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := dial(t, p)
+	for i := 0; i < 3; i++ {
+		ping(c)
+	}
+	if got := p.RoundTrips(); got != 4 {
+		t.Fatalf("1 handshake + 3 pings: %d round trips, want 4", got)
+	}
+	// Two connections in lockstep: each step is one round trip on both.
+	a, b := dial(t, p), dial(t, p)
+	var wg sync.WaitGroup
+	for i := 0; i < 3; i++ {
+		wg.Add(2)
+		go func() { defer wg.Done(); ping(a) }()
+		go func() { defer wg.Done(); ping(b) }()
+		wg.Wait()
+	}
+	if got := p.RoundTrips(); got < 8 || got > 10 {
+		t.Fatalf("then 2 handshakes and 3 pings in parallel: %d round trips, want 8 (up to 10 as the handshakes race the pings)", got)
+	}
+}

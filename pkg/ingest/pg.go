@@ -28,6 +28,7 @@ import (
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/internal/retry"
@@ -91,6 +92,15 @@ type PG struct {
 	// skip is, per collection ahead of the stream's start (Resume), the
 	// source time below which its updates are durable already.
 	skip map[string]frontier.LSN
+
+	// Connections opened early and handed on, so that start-up pays for
+	// as few connections (each several round trips) as it can: catalog is
+	// Open's, used by the snapshot and then by the stream; repl is the
+	// replication connection that created the slot, for the stream; poll
+	// is the publication poller's, opened in the background at Open.
+	catalog *pgx.Conn
+	repl    *pgconn.PgConn
+	poll    *upstream.Dial
 }
 
 // NewPG returns the PostgreSQL source of cfg.
@@ -143,8 +153,17 @@ func (p *PG) Open(ctx context.Context, st *store.Store) ([]Timeline, error) {
 	if cfg.Upstream == nil {
 		return nil, fmt.Errorf("ingest %s: no upstream given", cfg.Source)
 	}
-	tabs, err := resolveTables(ctx, cfg.Upstream, cfg.Publication, cfg.Tables)
+	p.closeConns()
+	p.poll = cfg.Upstream.ConnectLater(ctx)
+	conn, err := p.catalogUpstream().Connect(ctx)
 	if err != nil {
+		p.closeConns() // the driver closes a source that opened
+		return nil, fmt.Errorf("ingest %s: %w", cfg.Source, err)
+	}
+	p.catalog = conn
+	tabs, err := resolveTables(ctx, conn, cfg.Publication, cfg.Tables)
+	if err != nil {
+		p.closeConns()
 		return nil, fmt.Errorf("ingest %s: %w", cfg.Source, err)
 	}
 	tl := Timeline{ID: cfg.Source, Kind: "pg", Domain: frontier.DomainLSN,
@@ -170,12 +189,22 @@ func (p *PG) Open(ctx context.Context, st *store.Store) ([]Timeline, error) {
 // afresh with the copy's snapshot, so that no change to an older row
 // needs rewinding.
 func (p *PG) Snapshot(ctx context.Context, _ string, collections []string, start frontier.Frontier, sink pipe.Sink) error {
+	conn := p.catalog
+	if conn != nil && conn.IsClosed() {
+		conn = nil
+	}
 	res, err := snapshot.PG(ctx, snapshot.Config{
 		Upstream: p.cfg.Upstream, Publication: p.cfg.Publication, Slot: p.cfg.Slot, Tables: collections, Parallel: p.cfg.Parallel, Logger: p.log,
-		KeyedIdentity: true, Recreate: start.IsEmpty(),
+		KeyedIdentity: true, Recreate: start.IsEmpty(), Conn: conn, KeepReplication: true,
 	}, sink)
 	if err != nil {
 		return err
+	}
+	if res.Replication != nil {
+		if p.repl != nil {
+			p.repl.Close(context.Background())
+		}
+		p.repl = res.Replication
 	}
 	p.log.Info("snapshot rewound", "source", p.cfg.Source, "rows", res.Rows(), "rewound", res.Rewound(), "slot_lsn", res.SlotLSN, "snapshot_lsn", res.SnapshotLSN)
 	return nil
@@ -215,9 +244,17 @@ func (p *PG) Stream(ctx context.Context, r StreamRequest) error {
 		}
 		sink.start(c, max(startLSN, p.skip[c]), t, "--resnapshot")
 	}
-	p.cfg.Resnapshot = nil // once per run, not once per attempt
+	p.cfg.Resnapshot = nil             // once per run, not once per attempt
+	catalog, repl := p.catalog, p.repl // StreamPG's from now on
+	p.catalog, p.repl = nil, nil
+	if repl != nil && startLSN != 0 {
+		// It created the slot for a stream from the slot's start.
+		repl.Close(context.Background())
+		repl = nil
+	}
 	err := replicate.StreamPG(ctx, replicate.PGConfig{
 		Upstream: p.cfg.Upstream, Publication: p.cfg.Publication, Slot: p.cfg.Slot,
+		Catalog: catalog, Replication: repl,
 		StartLSN: startLSN, Nudge: p.nudge, RetryFor: r.RetryFor, Expect: r.Schema,
 		Ack: func(ctx context.Context) (frontier.LSN, error) {
 			f, err := r.Ack(ctx, id)
@@ -286,12 +323,16 @@ func (p *PG) Resume(ctx context.Context, r Resume) error {
 	if !keyed {
 		return nil // FULL only (as Open read them): no state
 	}
-	conn, err := p.cfg.Upstream.Connect(ctx)
-	if err != nil {
-		return fmt.Errorf("rebuild key states: %w", err)
+	conn := p.catalog
+	if conn == nil || conn.IsClosed() {
+		c, err := p.cfg.Upstream.Connect(ctx)
+		if err != nil {
+			return fmt.Errorf("rebuild key states: %w", err)
+		}
+		defer c.Close(context.Background())
+		conn = c
 	}
 	ids, err := replicate.LoadIdentities(ctx, conn, p.cfg.Publication)
-	conn.Close(context.Background())
 	if err != nil {
 		return fmt.Errorf("rebuild key states: %w", err)
 	}
@@ -352,35 +393,53 @@ func (p *PG) Nudge(string) {
 }
 
 // Close implements Source.
-func (p *PG) Close() error { return nil }
+func (p *PG) Close() error {
+	p.closeConns()
+	return nil
+}
+
+// closeConns closes the connections opened early that nothing took.
+func (p *PG) closeConns() {
+	if p.catalog != nil {
+		p.catalog.Close(context.Background())
+		p.catalog = nil
+	}
+	if p.repl != nil {
+		p.repl.Close(context.Background())
+		p.repl = nil
+	}
+	if p.poll != nil {
+		p.poll.Close()
+		p.poll = nil
+	}
+}
+
+// catalogUpstream is the upstream of the catalog connection: an ordinary
+// connection with the session settings the stream's decoders rely on
+// (replicate.PGConfig.Catalog).
+func (p *PG) catalogUpstream() *upstream.Postgres {
+	return p.cfg.Upstream.With(func(c *pgx.ConnConfig) {
+		pgarrow.ConfigureSession(c)
+		delete(c.RuntimeParams, "replication")
+	})
+}
 
 // resolveTables loads the tables to ingest: those named (as
 // pgarrow.ParseTableName reads them), or every table of the publication,
 // by its exact schema and name. A table named twice is loaded once.
-func resolveTables(ctx context.Context, up *upstream.Postgres, publication string, tables []string) ([]*pgarrow.Table, error) {
-	conn, err := up.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close(context.Background())
-	var names []pgarrow.TableName
+func resolveTables(ctx context.Context, conn *pgx.Conn, publication string, tables []string) ([]*pgarrow.Table, error) {
 	if len(tables) == 0 {
-		rows, err := conn.Query(ctx, "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1, 2", publication)
+		tabs, err := pgarrow.LoadPublicationTables(ctx, conn, publication)
 		if err != nil {
-			return nil, fmt.Errorf("list tables of publication %s: %w", publication, err)
+			return nil, err
 		}
-		names, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (n pgarrow.TableName, err error) {
-			err = r.Scan(&n.Schema, &n.Name)
-			return n, err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("list tables of publication %s: %w", publication, err)
-		}
-		if len(names) == 0 {
+		if len(tabs) == 0 {
 			return nil, hint.Wrap(fmt.Errorf("publication %q has no tables, or does not exist", publication),
 				fmt.Sprintf("create it with: CREATE PUBLICATION %s FOR TABLE schema.table, ...", pgarrow.QuoteIdent(publication)))
 		}
+		return tabs, nil
 	}
+	var names []pgarrow.TableName
 	for _, t := range tables {
 		n, err := pgarrow.ParseTableName(t)
 		if err != nil {
@@ -388,13 +447,13 @@ func resolveTables(ctx context.Context, up *upstream.Postgres, publication strin
 		}
 		names = append(names, n)
 	}
+	loaded, err := pgarrow.LoadTables(ctx, conn, names)
+	if err != nil {
+		return nil, err
+	}
 	var out []*pgarrow.Table
 	seen := map[uint32]bool{}
-	for _, n := range names {
-		tab, err := pgarrow.LoadTableByName(ctx, conn, n)
-		if err != nil {
-			return nil, err
-		}
+	for _, tab := range loaded {
 		if !seen[tab.OID] {
 			seen[tab.OID] = true
 			out = append(out, tab)

@@ -20,6 +20,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/snapshot"
+	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
 // pgSink is the PostgreSQL source's sink between replicate.StreamPG and
@@ -353,6 +354,7 @@ type pubPoller struct {
 	p     *PG
 	kick  chan struct{}
 	known map[string]bool // described already (the run's tables, and those loaded)
+	dial  *upstream.Dial  // the first connection, opened early (PG.poll)
 
 	mu     sync.Mutex
 	last   *pollReading
@@ -369,7 +371,8 @@ type pollReading struct {
 }
 
 func newPubPoller(ctx context.Context, p *PG) *pubPoller {
-	pp := &pubPoller{p: p, kick: make(chan struct{}, 1), known: map[string]bool{}}
+	pp := &pubPoller{p: p, kick: make(chan struct{}, 1), known: map[string]bool{}, dial: p.poll}
+	p.poll = nil
 	for name := range p.tables {
 		pp.known[name] = true
 	}
@@ -396,6 +399,9 @@ func (pp *pubPoller) run(ctx context.Context) {
 		if conn != nil {
 			conn.Close(context.Background())
 		}
+		if pp.dial != nil {
+			pp.dial.Close()
+		}
 	}()
 	var seq uint64
 	timer := time.NewTimer(0)
@@ -409,7 +415,11 @@ func (pp *pubPoller) run(ctx context.Context) {
 		}
 		began := time.Now()
 		if conn == nil || conn.IsClosed() {
-			c, err := pp.p.cfg.Upstream.Connect(ctx)
+			connect := pp.p.cfg.Upstream.Connect
+			if d := pp.dial; d != nil {
+				pp.dial, connect = nil, func(context.Context) (*pgx.Conn, error) { return d.Wait() }
+			}
+			c, err := connect(ctx)
 			if err != nil {
 				pp.fail(err)
 				conn = nil
@@ -470,17 +480,24 @@ func (pp *pubPoller) read(ctx context.Context, conn *pgx.Conn, seq uint64) (*pol
 		return nil, fmt.Errorf("poll publication %s: %w", pp.p.cfg.Publication, err)
 	}
 	r := &pollReading{seq: seq, at: at, published: map[string]*pgarrow.Table{}}
+	var unknown []pgarrow.TableName
 	for _, row := range res[1].Rows {
 		n := pgarrow.TableName{Schema: string(row[0]), Name: string(row[1])}
 		name := n.String()
 		r.published[name] = nil
-		if pp.known[name] {
-			continue
+		if !pp.known[name] {
+			unknown = append(unknown, n)
 		}
-		t, err := pgarrow.LoadTableByName(ctx, conn, n)
-		if err != nil {
-			return nil, fmt.Errorf("poll publication %s: describe %s: %w", pp.p.cfg.Publication, name, err)
-		}
+	}
+	if len(unknown) == 0 {
+		return r, nil
+	}
+	tabs, err := pgarrow.LoadTables(ctx, conn, unknown)
+	if err != nil {
+		return nil, fmt.Errorf("poll publication %s: describe the tables new to it: %w", pp.p.cfg.Publication, err)
+	}
+	for i, t := range tabs {
+		name := unknown[i].String()
 		r.published[name] = t
 		pp.known[name] = true
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/internal/retry"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/recency"
 	"github.com/rtrctl/rtrctl/pkg/reclock"
@@ -274,6 +275,9 @@ func (d *driver) start(ctx context.Context, tl Timeline) error {
 	// Real-time recency: serve wait-recent on the store's socket
 	// (pkg/recency, docs/real-time-recency.md).
 	if tl.Prober != nil {
+		if w, ok := tl.Prober.(probe.Warmer); ok {
+			go w.Warm(ctx)
+		}
 		nudge := func() {}
 		if n, ok := d.src.(Nudger); ok {
 			nudge = func() { n.Nudge(tl.ID) }

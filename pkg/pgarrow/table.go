@@ -147,15 +147,11 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, name string) (*Table, error)
 // LoadTableByName reads the table whose schema and name are exactly n's
 // (no case folding); with no schema, the one visible on the search_path.
 func LoadTableByName(ctx context.Context, conn *pgx.Conn, n TableName) (*Table, error) {
-	oid, err := LookupTable(ctx, conn, n)
+	t, err := LoadTables(ctx, conn, []TableName{n})
 	if err != nil {
 		return nil, err
 	}
-	t, err := LoadTableByOID(ctx, conn, oid)
-	if err != nil {
-		return nil, fmt.Errorf("load table %s: %w", n, err)
-	}
-	return t, nil
+	return t[0], nil
 }
 
 // LookupTable returns the pg_class.oid of the table (or other relation)
@@ -209,43 +205,11 @@ func nearMisses(ctx context.Context, conn *pgx.Conn, n TableName) []string {
 
 // LoadTableByOID reads the table with pg_class.oid oid.
 func LoadTableByOID(ctx context.Context, conn *pgx.Conn, oid uint32) (*Table, error) {
-	t := &Table{OID: oid}
-	var kind, ident string
-	err := conn.QueryRow(ctx, `SELECT n.nspname, c.relname, c.relkind::text, c.relreplident::text
-		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-		WHERE c.oid = $1`, oid).Scan(&t.Schema, &t.Name, &kind, &ident)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("load table oid %d: %w", oid, ErrTableNotFound)
-	}
+	t, err := LoadTablesByOID(ctx, conn, []uint32{oid})
 	if err != nil {
-		return nil, fmt.Errorf("load table oid %d: %w", oid, err)
+		return nil, err
 	}
-	if kind != "r" && kind != "p" {
-		return nil, fmt.Errorf("load table %s: relation kind %q is not a table: %w", t.QualifiedName(), kind, ErrTableNotFound)
-	}
-	t.ReplicaIdentity = ReplicaIdentityName(ident[0])
-	rows, err := conn.Query(ctx, `SELECT a.attname, a.atttypid, a.atttypmod, a.attnotnull
-		FROM pg_catalog.pg_attribute a
-		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
-		ORDER BY a.attnum`, oid)
-	if err != nil {
-		return nil, fmt.Errorf("load columns of %s: %w", t.QualifiedName(), err)
-	}
-	for rows.Next() {
-		var c Column
-		if err := rows.Scan(&c.Name, &c.TypeOID, &c.TypeMod, &c.NotNull); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("load columns of %s: %w", t.QualifiedName(), err)
-		}
-		t.Columns = append(t.Columns, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("load columns of %s: %w", t.QualifiedName(), err)
-	}
-	if err := NewTypeResolver(conn).Resolve(ctx, t.Columns); err != nil {
-		return nil, fmt.Errorf("load columns of %s: %w", t.QualifiedName(), err)
-	}
-	return t, nil
+	return t[0], nil
 }
 
 // TypeResolver fills in the type details of columns known only by type OID
@@ -301,14 +265,11 @@ func (r *TypeResolver) domainBase(ctx context.Context, oid uint32, tr typeRow) (
 	return oid, mod, tr, nil
 }
 
-// Resolve fills TypeName, ElemOID, IsEnum, BaseOID and BaseTypeMod of each
-// column from its TypeOID and TypeMod.
-func (r *TypeResolver) Resolve(ctx context.Context, cols []Column) error {
+// resolve fills ElemOID, IsEnum, BaseOID and BaseTypeMod of each column
+// from its TypeOID, looking up the types not cached one by one.
+func (r *TypeResolver) resolve(ctx context.Context, cols []Column) error {
 	for i := range cols {
 		c := &cols[i]
-		if err := r.conn.QueryRow(ctx, `SELECT pg_catalog.format_type($1, $2)`, c.TypeOID, c.TypeMod).Scan(&c.TypeName); err != nil {
-			return fmt.Errorf("look up type of column %s: %w", c.Name, err)
-		}
 		tr, err := r.row(ctx, c.TypeOID)
 		if err != nil {
 			return fmt.Errorf("look up type of column %s: %w", c.Name, err)

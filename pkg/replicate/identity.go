@@ -43,7 +43,20 @@ func (id Identity) quoted() string {
 // LoadIdentities reads the replica identity of every table of
 // publication, sorted by name.
 func LoadIdentities(ctx context.Context, conn *pgx.Conn, publication string) ([]Identity, error) {
-	rows, err := conn.Query(ctx, `SELECT n.nspname::text, c.relname::text, c.relreplident::text,
+	b := &pgx.Batch{}
+	ids := QueueIdentities(b, publication)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("read replica identities of publication %s: %w", publication, err)
+	}
+	return *ids, nil
+}
+
+// QueueIdentities queues LoadIdentities' query on b, for a caller that
+// sends it with others in one round trip; the result is set when the
+// batch is read.
+func QueueIdentities(b *pgx.Batch, publication string) *[]Identity {
+	out := new([]Identity)
+	b.Queue(`SELECT n.nspname::text, c.relname::text, c.relreplident::text,
 			coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum)
 				FROM pg_catalog.pg_index i
 				JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
@@ -52,25 +65,19 @@ func LoadIdentities(ctx context.Context, conn *pgx.Conn, publication string) ([]
 		FROM pg_catalog.pg_publication_tables pt
 		JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname
 		JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
-		WHERE pt.pubname = $1 ORDER BY 1, 2`, publication)
-	if err != nil {
-		return nil, fmt.Errorf("read replica identities of publication %s: %w", publication, err)
-	}
-	var out []Identity
-	for rows.Next() {
-		var id Identity
-		var kind string
-		if err := rows.Scan(&id.Schema, &id.Name, &kind, &id.Key); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("read replica identities of publication %s: %w", publication, err)
+		WHERE pt.pubname = $1 ORDER BY 1, 2`, publication).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id Identity
+			var kind string
+			if err := rows.Scan(&id.Schema, &id.Name, &kind, &id.Key); err != nil {
+				return err
+			}
+			id.Kind = pgarrow.ReplicaIdentityName(kind[0])
+			*out = append(*out, id)
 		}
-		id.Kind = pgarrow.ReplicaIdentityName(kind[0])
-		out = append(out, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read replica identities of publication %s: %w", publication, err)
-	}
-	return out, nil
+		return rows.Err()
+	})
+	return out
 }
 
 // CheckIdentities refuses tables whose changes cannot be replicated

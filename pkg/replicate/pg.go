@@ -93,6 +93,14 @@ type PGConfig struct {
 	// must hold the collection as of the stream's start and is changed by
 	// the stream only. Without KeyState every table must be FULL.
 	KeyState func(t *pgarrow.Table) (*KeyState, error)
+	// Catalog and Replication, when set, are connections to the upstream
+	// that the first session uses instead of opening its own (a caller
+	// that has them open already saves their round trips): Catalog an
+	// ordinary one with pgarrow.SessionParams, for catalog reads,
+	// Replication a replication=database one, for START_REPLICATION.
+	// StreamPG owns them: it closes them when done with them.
+	Catalog     *pgx.Conn
+	Replication *pgconn.PgConn
 	// Mem allocates Arrow buffers; nil means memory.DefaultAllocator.
 	Mem memory.Allocator
 	// Logger logs reconnects; nil means slog.Default().
@@ -141,11 +149,19 @@ func StreamPG(ctx context.Context, cfg PGConfig, sink pipe.Sink) error {
 		pgarrow.ConfigureSession(c)
 		delete(c.RuntimeParams, "replication")
 	})
-	s := &pgStreamer{cfg: cfg, pg: pg}
+	s := &pgStreamer{cfg: cfg, pg: pg, repl: cfg.Replication}
+	if cfg.Catalog != nil {
+		s.catalog, s.types = cfg.Catalog, pgarrow.NewTypeResolver(cfg.Catalog)
+	}
 	s.dec = newDecoder(sink, cfg.Mem, s.resolve, cfg.KeyState, cfg.FlushRows, cfg.FlushBytes, cfg.StopAt)
 	s.dec.expect, s.dec.limit = cfg.Expect, cfg.Limit
 	defer s.dec.release()
 	defer s.closeCatalog()
+	defer func() {
+		if s.repl != nil {
+			s.repl.Close(context.Background())
+		}
+	}()
 	return s.run(ctx)
 }
 
@@ -156,11 +172,14 @@ type pgStreamer struct {
 	pg  *upstream.Postgres // the catalog connection's
 	dec *decoder
 
-	catalog  *pgx.Conn // for catalog lookups
-	types    *pgarrow.TypeResolver
-	confirm0 frontier.LSN // the slot's confirmed_flush_lsn when first read
-	walEnd   frontier.LSN // highest WAL end seen from the server
-	acked    frontier.LSN // last flush position sent
+	catalog *pgx.Conn      // for catalog lookups
+	repl    *pgconn.PgConn // PGConfig.Replication, until a session takes it
+	// activePID is the walsender that the check found reading the slot.
+	activePID *int32
+	types     *pgarrow.TypeResolver
+	confirm0  frontier.LSN // the slot's confirmed_flush_lsn when first read
+	walEnd    frontier.LSN // highest WAL end seen from the server
+	acked     frontier.LSN // last flush position sent
 }
 
 // healthySession is how long a replication session must have lasted for
@@ -230,38 +249,87 @@ func (s *pgStreamer) closeCatalog() {
 
 // session connects, checks, starts replication and streams until an error.
 // Errors keep their causes so that internal/retry can classify them.
+//
+// The replication connection is opened and replication started while the
+// catalog is read and checked, in parallel: a failed check closes the
+// stream before anything of it is used (no standby status is sent, so the
+// slot is untouched); START_REPLICATION from 0 starts where the check
+// finds the slot (its confirmed_flush_lsn, which nothing else moves: the
+// slot is not active).
 func (s *pgStreamer) session(ctx context.Context, first bool, started *bool) error {
-	if s.catalog == nil {
-		conn, err := s.pg.Connect(ctx)
-		if err != nil {
-			return fmt.Errorf("replicate postgres: %w", err)
-		}
-		s.catalog, s.types = conn, pgarrow.NewTypeResolver(conn)
-	}
 	start := s.cfg.StartLSN
 	if !first {
 		start = max(s.dec.upper, s.dec.resume)
 	}
+	type replStart struct {
+		conn    *pgconn.PgConn
+		err     error // connecting
+		errRepl error // START_REPLICATION
+	}
+	rs := make(chan replStart, 1)
+	repl := s.repl
+	s.repl = nil
+	rc := s.pg.ConnConfig().Config.Copy()
+	rc.RuntimeParams["replication"] = "database"
+	pub := "'" + strings.ReplaceAll(s.cfg.Publication, "'", "''") + "'"
+	go func(start frontier.LSN) {
+		conn := repl
+		if conn == nil {
+			c, err := pgconn.ConnectConfig(ctx, rc)
+			if err != nil {
+				err = fmt.Errorf("replicate postgres: connect to %s for replication: %w: %w", s.pg, dsn.ScrubError(err, s.pg.Password()), errConnect)
+				if h := upstream.PrivilegeHint(err, rc.User, rc.Database); h != "" {
+					err = hint.Wrap(err, h)
+				}
+				rs <- replStart{err: err}
+				return
+			}
+			conn = c
+		}
+		err := pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{
+			PluginArgs: []string{"proto_version '1'", "publication_names " + pub},
+		})
+		if err != nil {
+			conn.Close(context.Background())
+			rs <- replStart{errRepl: err}
+			return
+		}
+		rs <- replStart{conn: conn}
+	}(start)
+	got := false
+	defer func() {
+		if !got { // a failed check: the stream is closed once it is open
+			go func() {
+				if r := <-rs; r.conn != nil {
+					r.conn.Close(context.Background())
+				}
+			}()
+		}
+	}()
+	if s.catalog == nil {
+		c, err := s.pg.Connect(ctx)
+		if err != nil {
+			return fmt.Errorf("replicate postgres: %w", err)
+		}
+		s.catalog, s.types = c, pgarrow.NewTypeResolver(c)
+	}
 	if err := s.check(ctx, first, &start); err != nil {
 		return err
 	}
-	rc := s.pg.ConnConfig().Config.Copy()
-	rc.RuntimeParams["replication"] = "database"
-	conn, err := pgconn.ConnectConfig(ctx, rc)
-	if err != nil {
-		err = fmt.Errorf("replicate postgres: connect to %s for replication: %w: %w", s.pg, dsn.ScrubError(err, s.pg.Password()), errConnect)
-		if h := upstream.PrivilegeHint(err, rc.User, rc.Database); h != "" {
-			return hint.Wrap(err, h)
-		}
-		return err
+	r := <-rs
+	got = true
+	switch {
+	case r.err != nil:
+		return r.err
+	case r.errRepl != nil && s.activePID != nil:
+		return dsn.WithCause(s.inUse(s.activePID), r.errRepl) // the check saw who
+	case r.errRepl != nil:
+		return s.startError(r.errRepl)
 	}
+	conn := r.conn
 	defer conn.Close(context.Background())
-	pub := "'" + strings.ReplaceAll(s.cfg.Publication, "'", "''") + "'"
-	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{
-		PluginArgs: []string{"proto_version '1'", "publication_names " + pub},
-	})
-	if err != nil {
-		return s.startError(err)
+	if pid := s.activePID; pid != nil && uint32(*pid) != conn.PID() {
+		return s.inUse(pid)
 	}
 	if first {
 		if err := s.dec.progress(start); err != nil {
@@ -291,39 +359,49 @@ var (
 // check verifies the server, publication and slot before replication
 // starts; *start becomes the effective start position.
 func (s *pgStreamer) check(ctx context.Context, first bool, start *frontier.LSN) error {
-	c := s.catalog
-	if err := probe.CheckLogical(ctx, c); err != nil {
-		return fmt.Errorf("replicate postgres: %w", err)
-	}
+	// One round trip: the server, the publication, the tables' identities
+	// (the first time) and the slot.
+	b := &pgx.Batch{}
+	var level string
+	b.Queue("SHOW wal_level").QueryRow(func(r pgx.Row) error { return r.Scan(&level) })
 	var n int
-	if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_publication WHERE pubname = $1`, s.cfg.Publication).Scan(&n); err != nil {
-		return fmt.Errorf("replicate postgres: read publication %s: %w", s.cfg.Publication, err)
+	b.Queue(`SELECT count(*) FROM pg_catalog.pg_publication WHERE pubname = $1`, s.cfg.Publication).QueryRow(func(r pgx.Row) error { return r.Scan(&n) })
+	var ids *[]Identity
+	if first {
+		ids = QueueIdentities(b, s.cfg.Publication)
+	}
+	var plugin, db, walStatus *string
+	var active, found bool
+	var pid *int32
+	var confirmed *string
+	b.Queue(`SELECT plugin, database, active, active_pid, confirmed_flush_lsn::text, wal_status
+		FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`, s.cfg.Slot).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			found = true
+			if err := rows.Scan(&plugin, &db, &active, &pid, &confirmed, &walStatus); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	})
+	if err := s.catalog.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("replicate postgres: read the server's settings, publication %s and slot %s: %w", s.cfg.Publication, s.cfg.Slot, err)
+	}
+	if err := probe.CheckWALLevel(level); err != nil {
+		return fmt.Errorf("replicate postgres: %w", err)
 	}
 	if n == 0 {
 		return hint.Wrap(fmt.Errorf("replicate postgres: publication %q: %w in database %q", s.cfg.Publication, errPublication, s.pg.Database()),
 			fmt.Sprintf("create it: CREATE PUBLICATION %s FOR TABLE public.orders, ...; (or FOR ALL TABLES)", pgarrow.QuoteIdent(s.cfg.Publication)))
 	}
 	if first {
-		ids, err := LoadIdentities(ctx, c, s.cfg.Publication)
-		if err != nil {
-			return fmt.Errorf("replicate postgres: %w", err)
-		}
-		if err := CheckIdentities(ids, s.cfg.KeyState != nil, s.cfg.Publication); err != nil {
+		if err := CheckIdentities(*ids, s.cfg.KeyState != nil, s.cfg.Publication); err != nil {
 			return fmt.Errorf("replicate postgres: %w", err)
 		}
 	}
-	var plugin, db, walStatus *string
-	var active bool
-	var pid *int32
-	var confirmed *string
-	err := c.QueryRow(ctx, `SELECT plugin, database, active, active_pid, confirmed_flush_lsn::text, wal_status
-		FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`, s.cfg.Slot).Scan(&plugin, &db, &active, &pid, &confirmed, &walStatus)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if !found {
 		return hint.Wrap(fmt.Errorf("replicate postgres: %w: %q", errSlotMissing, s.cfg.Slot),
 			fmt.Sprintf("run 'rtrctl snapshot' (it creates the slot), or create it: SELECT pg_create_logical_replication_slot('%s', 'pgoutput');", s.cfg.Slot))
-	}
-	if err != nil {
-		return fmt.Errorf("replicate postgres: read slot %s: %w", s.cfg.Slot, err)
 	}
 	if plugin == nil || *plugin != "pgoutput" {
 		return hint.Wrap(fmt.Errorf("replicate postgres: slot %q is not a logical slot of plugin pgoutput (plugin %v)", s.cfg.Slot, deref(plugin)),
@@ -337,11 +415,18 @@ func (s *pgStreamer) check(ctx context.Context, first bool, start *frontier.LSN)
 		return hint.Wrap(fmt.Errorf("replicate postgres: %w: %q (wal_status lost): the WAL it needed was removed", errSlotInvalidated, s.cfg.Slot),
 			fmt.Sprintf("drop it (SELECT pg_drop_replication_slot('%s');) and re-snapshot with 'rtrctl snapshot'; raise max_slot_wal_keep_size to keep it from happening again", s.cfg.Slot))
 	}
+	// An active slot is in use unless the walsender reading it is this
+	// session's own (session decides, once its stream has started).
+	s.activePID = nil
 	if active {
-		return s.inUse(pid)
+		s.activePID = pid
+		if pid == nil {
+			return s.inUse(pid)
+		}
 	}
 	var conf frontier.LSN
 	if confirmed != nil {
+		var err error
 		if conf, err = frontier.ParseLSN(*confirmed); err != nil {
 			return fmt.Errorf("replicate postgres: slot %s: %w", s.cfg.Slot, err)
 		}

@@ -27,16 +27,18 @@ func Copy(ctx context.Context, cfg Config, sink pipe.Sink) (frontier.LSN, []*pga
 	if cfg.Upstream == nil {
 		return 0, nil, errors.New("snapshot copy: no upstream given")
 	}
+	dl := startDials(ctx, cfg)
+	defer dl.close()
 	conn, err := cfg.Upstream.Connect(ctx)
 	if err != nil {
 		return 0, nil, fmt.Errorf("snapshot copy: %w", err)
 	}
 	defer conn.Close(context.Background())
-	tables, err := loadTables(ctx, conn, cfg)
+	tables, err := loadTables(ctx, conn, cfg, nil)
 	if err != nil {
 		return 0, nil, fmt.Errorf("snapshot copy: %w", err)
 	}
-	snapLSN, err := copyTables(ctx, cfg, tables, sink, began, "")
+	snapLSN, _, err := copyTables(ctx, cfg, dl, tables, sink, began, "")
 	if err != nil {
 		return 0, nil, fmt.Errorf("snapshot copy: %w", err)
 	}

@@ -9,10 +9,10 @@ import (
 
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/rtrctl/rtrctl/pkg/frontier"
-	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/replicate"
@@ -74,6 +74,13 @@ type Config struct {
 	// caller to whom the slot's start means nothing yet (an ingest with
 	// nothing durable).
 	Recreate bool
+	// Conn, when set, is the ordinary connection PG reads the catalog and
+	// the slot on, instead of one of its own; PG leaves it open.
+	Conn *pgx.Conn
+	// KeepReplication makes PG hand over, in Result.Replication, the
+	// replication connection that created a missing slot (for the
+	// caller's START_REPLICATION of it, without connecting again).
+	KeepReplication bool
 	// OnProgress, if set, is called after every record written, from the
 	// goroutine that calls the Sink.
 	OnProgress func(Progress)
@@ -111,6 +118,10 @@ type Result struct {
 	SnapshotLSN frontier.LSN
 	// Tables in the order given (or of the publication).
 	Tables []TableResult
+	// Replication is, with Config.KeepReplication, the replication
+	// connection that created the slot (nil when the slot existed); the
+	// caller closes it.
+	Replication *pgconn.PgConn
 }
 
 // TableResult is one table of a snapshot.
@@ -156,14 +167,15 @@ func (r *Result) Rewound() int64 {
 // exactly as of the start of the permanent slot cfg.Slot, at source time
 // 0, however late the copy is taken (docs/snapshot.md):
 //
-//  1. ensure the slot exists; its confirmed_flush_lsn is slot_lsn;
-//  2. create a temporary slot exporting its snapshot; its consistent
-//     point is snapshot_lsn; cfg.Parallel connections import the snapshot
-//     and COPY the tables (large ones in ctid ranges), each row at time 0
-//     with diff +1;
+//  1. read the slot; its confirmed_flush_lsn is slot_lsn;
+//  2. create a temporary slot exporting its snapshot (or, when the slot
+//     is missing, the slot itself: then slot_lsn is snapshot_lsn); its
+//     consistent point is snapshot_lsn; cfg.Parallel connections import
+//     the snapshot and COPY the tables (large ones in ctid ranges, small
+//     ones several in one round trip), each row at time 0 with diff +1;
 //  3. read the permanent slot from slot_lsn without confirming anything
 //     and emit every change committed below snapshot_lsn negated, at time
-//     0;
+//     0 (nothing to do for a slot made in step 2);
 //  4. report each table complete at time 0 (upper 1).
 func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 	began := time.Now()
@@ -181,53 +193,48 @@ func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 	if err := CheckSlotName(cfg.Slot); err != nil {
 		return nil, err
 	}
-	conn, err := cfg.Upstream.Connect(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: %w", err)
+	dl := startDials(ctx, cfg)
+	defer dl.close()
+	conn := cfg.Conn
+	if conn == nil {
+		c, err := cfg.Upstream.Connect(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: %w", err)
+		}
+		defer c.Close(context.Background())
+		conn = c
 	}
-	defer conn.Close(context.Background())
-	if err := probe.CheckLogical(ctx, conn); err != nil {
-		return nil, fmt.Errorf("snapshot: %w", err)
-	}
-	tables, err := loadTables(ctx, conn, cfg)
+	var slot *slotRow
+	tables, err := loadTables(ctx, conn, cfg, func(b *pgx.Batch) { slot = queueSlot(b, cfg.Slot) })
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 
-	// A table that is not FULL cannot have its changes to older rows
-	// rewound: a slot made for this snapshot is made with the copy's
-	// snapshot, so that there is nothing to rewind.
+	// A slot made for this snapshot is made with the copy's snapshot, so
+	// that there is nothing to rewind (and for a table that is not FULL,
+	// whose changes to older rows could not be rewound, nothing that
+	// cannot be).
 	keyed := false
 	for _, tb := range tables {
 		keyed = keyed || tb.key != nil
 	}
-	var slotLSN frontier.LSN
-	created, withCopy := false, false
-	if keyed {
-		var found bool
-		if slotLSN, found, err = readSlot(ctx, conn, cfg.Slot); err != nil {
+	slotLSN, found, err := slot.result()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	if keyed && found && cfg.Recreate {
+		log.Info("snapshot: dropping the slot to create it again with the copy's snapshot (nothing is bound to its start yet)", "slot", cfg.Slot, "slot_lsn", slotLSN)
+		if err := dropSlot(ctx, conn, cfg.Slot); err != nil {
 			return nil, fmt.Errorf("snapshot: %w", err)
 		}
-		if found && cfg.Recreate {
-			log.Info("snapshot: dropping the slot to create it again with the copy's snapshot (nothing is bound to its start yet)", "slot", cfg.Slot, "slot_lsn", slotLSN)
-			if err := dropSlot(ctx, conn, cfg.Slot); err != nil {
-				return nil, fmt.Errorf("snapshot: %w", err)
-			}
-			found = false
-		}
-		withCopy = !found
+		found = false
 	}
-	if !withCopy {
-		if slotLSN, created, err = EnsureSlot(ctx, conn, cfg.Slot); err != nil {
-			return nil, fmt.Errorf("snapshot: %w", err)
-		}
-	}
-
+	created, withCopy := false, !found
 	permanent := ""
 	if withCopy {
 		permanent = cfg.Slot
 	}
-	snapLSN, err := copyTables(ctx, cfg, tables, sink, began, permanent)
+	snapLSN, repl, err := copyTables(ctx, cfg, dl, tables, sink, began, permanent)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
@@ -235,6 +242,13 @@ func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 		slotLSN, created = snapLSN, true
 	}
 	res := &Result{SlotLSN: slotLSN, SlotCreated: created}
+	if repl != nil {
+		defer func() {
+			if res.Replication == nil {
+				repl.Close(context.Background())
+			}
+		}()
+	}
 	log.Debug("snapshot: slot", "slot", cfg.Slot, "slot_lsn", slotLSN, "created", created, "with_copy", withCopy)
 	res.SnapshotLSN = snapLSN
 	if snapLSN < slotLSN {
@@ -244,6 +258,13 @@ func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 
 	if err := rewind(ctx, cfg, tables, slotLSN, snapLSN, sink, began); err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	if withCopy {
+		if _, err := finish(res, tables, sink); err != nil {
+			return nil, err
+		}
+		res.Replication = repl
+		return res, nil
 	}
 	// The rewind is right only if it began at slot_lsn: a slot that moved
 	// meanwhile was streamed from its new start.
@@ -256,6 +277,11 @@ func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 			ErrSlot, cfg.Slot, slotLSN, now)
 	}
 
+	return finish(res, tables, sink)
+}
+
+// finish reports every table complete at time 0 and fills res.Tables.
+func finish(res *Result, tables []*table, sink pipe.Sink) (*Result, error) {
 	done := frontier.Single(frontier.DomainLSN, 1)
 	for _, tb := range tables {
 		if err := sink.Progress(tb.name, done); err != nil {
@@ -290,8 +316,10 @@ func (cfg Config) withDefaults() Config {
 }
 
 // loadTables resolves, describes and checks the tables to snapshot.
-func loadTables(ctx context.Context, conn *pgx.Conn, cfg Config) ([]*table, error) {
-	rels, err := resolveTables(ctx, conn, cfg.Publication, cfg.Tables)
+// extra, when set, queues more queries in the same round trip as the
+// tables' identities.
+func loadTables(ctx context.Context, conn *pgx.Conn, cfg Config, extra func(*pgx.Batch)) ([]*table, error) {
+	rels, tabs, err := resolveTables(ctx, conn, cfg.Publication, cfg.Tables)
 	if err != nil {
 		return nil, err
 	}
@@ -299,20 +327,26 @@ func loadTables(ctx context.Context, conn *pgx.Conn, cfg Config) ([]*table, erro
 	var bad []relName
 	var idents []string
 	keys := map[string][]string{}
+	b := &pgx.Batch{}
+	var ids *[]replicate.Identity
 	if cfg.KeyedIdentity {
-		ids, err := replicate.LoadIdentities(ctx, conn, cfg.Publication)
-		if err != nil {
-			return nil, err
+		ids = replicate.QueueIdentities(b, cfg.Publication)
+	}
+	if extra != nil {
+		extra(b)
+	}
+	if b.Len() > 0 {
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			return nil, fmt.Errorf("read replica identities of publication %s: %w", cfg.Publication, err)
 		}
-		for _, id := range ids {
+	}
+	if ids != nil {
+		for _, id := range *ids {
 			keys[id.QualifiedName()] = id.Key
 		}
 	}
-	for _, r := range rels {
-		t, err := pgarrow.LoadTableByName(ctx, conn, r)
-		if err != nil {
-			return nil, fmt.Errorf("describe %s: %w", r, err)
-		}
+	for i, r := range rels {
+		t := tabs[i]
 		key := keys[t.QualifiedName()]
 		if t.ReplicaIdentity != "full" && len(key) == 0 {
 			ident := t.ReplicaIdentity
@@ -329,20 +363,54 @@ func loadTables(ctx context.Context, conn *pgx.Conn, cfg Config) ([]*table, erro
 		if decs, ok := binaryDecoders(t); ok && cfg.Format == "auto" {
 			tb.decs = decs
 		}
-		var tuples float64
-		if err := conn.QueryRow(ctx, "SELECT relkind::text, relpages::int8, reltuples::float8 FROM pg_class WHERE oid = $1",
-			t.OID).Scan(&tb.relkind, &tb.relpages, &tuples); err != nil {
-			return nil, fmt.Errorf("describe %s: %w", r, err)
-		}
-		if tuples > 0 {
-			tb.tuples = int64(tuples)
-		}
 		tables = append(tables, tb)
+	}
+	if len(bad) == 0 {
+		if err := readSizes(ctx, conn, tables); err != nil {
+			return nil, err
+		}
 	}
 	if len(bad) > 0 {
 		return nil, replicaIdentityError(bad, idents, cfg.KeyedIdentity)
 	}
 	return tables, nil
+}
+
+// readSizes reads the tables' kinds, pages and estimated rows, in one
+// round trip.
+func readSizes(ctx context.Context, conn *pgx.Conn, tables []*table) error {
+	oids := make([]uint32, len(tables))
+	for i, tb := range tables {
+		oids[i] = tb.t.OID
+	}
+	rows, err := conn.Query(ctx, `SELECT u.i, c.relkind::text, c.relpages::int8, c.reltuples::float8
+		FROM unnest($1::oid[]) WITH ORDINALITY u(o, i) JOIN pg_catalog.pg_class c ON c.oid = u.o`, oids)
+	if err != nil {
+		return fmt.Errorf("describe tables: %w", err)
+	}
+	found := 0
+	for rows.Next() {
+		var i int
+		var kind string
+		var pages int64
+		var tuples float64
+		if err := rows.Scan(&i, &kind, &pages, &tuples); err != nil {
+			return fmt.Errorf("describe tables: %w", err)
+		}
+		tb := tables[i-1]
+		tb.relkind, tb.relpages = kind, pages
+		if tuples > 0 {
+			tb.tuples = int64(tuples)
+		}
+		found++
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("describe tables: %w", err)
+	}
+	if found != len(tables) {
+		return fmt.Errorf("describe tables: %d of %d tables were dropped meanwhile", len(tables)-found, len(tables))
+	}
+	return nil
 }
 
 // plan lists the COPY tasks: larger tables first, so that the last task
@@ -387,11 +455,23 @@ func plan(tables []*table, parallel int, rangePages int64) []task {
 // copyTables copies the tables in one snapshot and returns its LSN. With
 // permanent, the snapshot is that of the permanent slot it names, created
 // here; else of a temporary slot.
-func copyTables(ctx context.Context, cfg Config, tables []*table, sink pipe.Sink, began time.Time, permanent string) (frontier.LSN, error) {
-	replUp := cfg.Upstream.With(func(c *pgx.ConnConfig) { c.RuntimeParams["replication"] = "database" })
-	repl, err := replUp.Connect(ctx)
+// With cfg.KeepReplication and permanent, it returns the replication
+// connection that created the slot, for the caller to close.
+func copyTables(ctx context.Context, cfg Config, dl *dials, tables []*table, sink pipe.Sink, began time.Time, permanent string) (frontier.LSN, *pgconn.PgConn, error) {
+	lsn, repl, err := copyTables1(ctx, cfg, dl, tables, sink, began, permanent)
+	if repl == nil {
+		return lsn, nil, err
+	}
+	return lsn, repl.PgConn(), err
+}
+
+// copyTables1 is copyTables; it returns the replication connection, if
+// still open.
+func copyTables1(ctx context.Context, cfg Config, dl *dials, tables []*table, sink pipe.Sink, began time.Time, permanent string) (frontier.LSN, *pgx.Conn, error) {
+	defer dl.close()
+	repl, err := dl.replication()
 	if err != nil {
-		return 0, fmt.Errorf("open replication connection: %w", err)
+		return 0, nil, err
 	}
 	replOpen := true
 	closeRepl := func() {
@@ -403,13 +483,13 @@ func copyTables(ctx context.Context, cfg Config, tables []*table, sink pipe.Sink
 	defer closeRepl()
 	snap, err := exportSnapshot(ctx, repl.PgConn(), permanent)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	cfg.Logger.Debug("snapshot: exported", "snapshot", snap.name, "snapshot_lsn", snap.lsn, "temporary_slot", snap.slot)
 
 	// Every worker imports the snapshot before the exporting connection
-	// moves on (which ends the export).
-	workers := make([]*pgx.Conn, cfg.Parallel)
+	// moves on (which ends the export), in one round trip.
+	workers := make([]*pgx.Conn, len(dl.workers))
 	defer func() {
 		for _, w := range workers {
 			if w != nil {
@@ -417,28 +497,28 @@ func copyTables(ctx context.Context, cfg Config, tables []*table, sink pipe.Sink
 			}
 		}
 	}()
-	copyUp := cfg.Upstream.With(pgarrow.ConfigureSession)
 	g, gctx := errgroup.WithContext(ctx)
 	for i := range workers {
 		g.Go(func() error {
-			w, err := copyUp.Connect(gctx)
+			w, err := dl.worker(i)
 			if err != nil {
-				return fmt.Errorf("open copy connection: %w", err)
+				return err
 			}
 			workers[i] = w
-			if _, err := w.Exec(gctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
-				return fmt.Errorf("begin copy transaction: %w", err)
-			}
-			if _, err := w.Exec(gctx, fmt.Sprintf("SET TRANSACTION SNAPSHOT '%s'", snap.name)); err != nil {
+			_, err = w.PgConn().Exec(gctx, fmt.Sprintf("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '%s'", snap.name)).ReadAll()
+			if err != nil {
 				return fmt.Errorf("import snapshot %s: %w", snap.name, err)
 			}
 			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	closeRepl()
+	keep := cfg.KeepReplication && permanent != ""
+	if !keep {
+		closeRepl()
+	}
 
 	tasks := plan(tables, cfg.Parallel, cfg.RangePages)
 	var estimate int64
@@ -488,12 +568,16 @@ func copyTables(ctx context.Context, cfg Config, tables []*table, sink pipe.Sink
 		}
 	}
 	if serr != nil {
-		return 0, serr
+		return 0, nil, serr
 	}
 	if werr != nil {
-		return 0, werr
+		return 0, nil, werr
 	}
-	return snap.lsn, nil
+	if keep {
+		replOpen = false // the caller's now
+		return snap.lsn, repl, nil
+	}
+	return snap.lsn, nil, nil
 }
 
 // copyWorker runs COPY tasks from queue on conn (inside the imported
@@ -510,35 +594,28 @@ func copyWorker(ctx context.Context, conn *pgx.Conn, cfg Config, queue <-chan ta
 			bc.release()
 		}
 	}()
-	for k := range queue {
+	var next *task
+	for {
+		var k task
+		if next != nil {
+			k, next = *next, nil
+		} else if m, ok := <-queue; ok {
+			k = m
+		} else {
+			break
+		}
 		if k.tb.failed.Load() {
 			continue
 		}
-		c := &copier{ctx: ctx, tb: k.tb, consts: consts, out: out, maxRows: cfg.BatchRows, maxBytes: cfg.BatchBytes}
 		if k.tb.decs != nil {
-			bc := bins[k.tb]
-			if bc == nil {
-				bc = newBinCopier(c, memory.DefaultAllocator, k.tb.decs)
-				bins[k.tb] = bc
-			}
-			bc.base, bc.header, bc.trailer, bc.buf = c, false, false, bc.buf[:0]
-			if _, err := conn.PgConn().CopyTo(ctx, bc, k.sql()); err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				return fmt.Errorf("copy %s: %w", k.tb.name, err)
-			}
-			bad := bc.bad
-			if err := bc.finish(); err != nil {
+			var tasks []task
+			tasks, next = takeBatch(k, queue)
+			if err := copyBinary(ctx, conn, cfg, consts, bins, tasks, out); err != nil {
 				return err
-			}
-			if bad != nil {
-				if err := failTable(ctx, c, diagnoseBinary(ctx, conn, k, bad)); err != nil {
-					return err
-				}
 			}
 			continue
 		}
+		c := &copier{ctx: ctx, tb: k.tb, consts: consts, out: out, maxRows: cfg.BatchRows, maxBytes: cfg.BatchBytes}
 		rb := builders[k.tb]
 		if rb == nil {
 			var err error
@@ -568,10 +645,8 @@ func copyWorker(ctx context.Context, conn *pgx.Conn, cfg Config, queue <-chan ta
 			return err
 		}
 	}
-	_, err := conn.Exec(ctx, "COMMIT")
-	if err != nil {
-		return fmt.Errorf("end copy transaction: %w", err)
-	}
+	// No COMMIT: the transaction only read, and its connection is closed
+	// next, which ends it without a round trip.
 	return nil
 }
 

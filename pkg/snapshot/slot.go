@@ -68,18 +68,46 @@ func EnsureSlot(ctx context.Context, conn *pgx.Conn, name string) (start frontie
 // readSlot returns the confirmed_flush_lsn of slot name, checking that it
 // is a permanent pgoutput slot of conn's database.
 func readSlot(ctx context.Context, conn *pgx.Conn, name string) (frontier.LSN, bool, error) {
-	var plugin, slotType, db, curDB string
-	var confirmed *string
-	var temporary bool
-	err := conn.QueryRow(ctx, `SELECT coalesce(plugin, ''), slot_type, coalesce(database, ''), temporary,
-		confirmed_flush_lsn::text, current_database()
-		FROM pg_replication_slots WHERE slot_name = $1`, name).Scan(&plugin, &slotType, &db, &temporary, &confirmed, &curDB)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
+	b := &pgx.Batch{}
+	r := queueSlot(b, name)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return 0, false, fmt.Errorf("read replication slot %s: %w", name, err)
 	}
+	return r.result()
+}
+
+// slotRow is a slot's row of pg_replication_slots, read by a batch.
+type slotRow struct {
+	name                      string
+	found                     bool
+	plugin, slotType, db, cur string
+	confirmed                 *string
+	temporary                 bool
+}
+
+// queueSlot queues readSlot's query on b; result says what it found once
+// the batch is read.
+func queueSlot(b *pgx.Batch, name string) *slotRow {
+	r := &slotRow{name: name}
+	b.Queue(`SELECT coalesce(plugin, ''), slot_type, coalesce(database, ''), temporary,
+		confirmed_flush_lsn::text, current_database()
+		FROM pg_replication_slots WHERE slot_name = $1`, name).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			r.found = true
+			if err := rows.Scan(&r.plugin, &r.slotType, &r.db, &r.temporary, &r.confirmed, &r.cur); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	})
+	return r
+}
+
+func (r *slotRow) result() (frontier.LSN, bool, error) {
+	if !r.found {
+		return 0, false, nil
+	}
+	name, plugin, slotType, db, curDB, confirmed, temporary := r.name, r.plugin, r.slotType, r.db, r.cur, r.confirmed, r.temporary
 	switch {
 	case slotType != "logical" || plugin != "pgoutput":
 		return 0, true, hint.Wrap(fmt.Errorf("read replication slot %s: %w: it is a %s slot with plugin %q, not a logical pgoutput slot", name, ErrSlot, slotType, plugin),

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rtrctl/rtrctl/internal/hint"
+	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
 )
 
@@ -32,31 +33,40 @@ var (
 // relName is a table by its exact schema and name.
 type relName = pgarrow.TableName
 
-// publicationTables returns the tables of publication pub, sorted. It
-// fails with ErrNoPublication when pub does not exist.
+// publicationTables returns the tables of publication pub, sorted, in
+// one round trip, with the server's wal_level checked. It fails with
+// ErrNoPublication when pub does not exist.
 func publicationTables(ctx context.Context, conn *pgx.Conn, pub string) ([]relName, error) {
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", pub).Scan(&exists); err != nil {
+	// One row without a publication, and one of NULLs for a publication
+	// without tables.
+	rows, err := conn.Query(ctx, `SELECT s.level, p.pubname IS NOT NULL, pt.schemaname::text, pt.tablename::text
+		FROM (SELECT pg_catalog.current_setting('wal_level') AS level) s
+		LEFT JOIN pg_catalog.pg_publication p ON p.pubname = $1
+		LEFT JOIN pg_catalog.pg_publication_tables pt ON pt.pubname = p.pubname`, pub)
+	if err != nil {
 		return nil, fmt.Errorf("read publication %s: %w", pub, err)
+	}
+	exists := false
+	level := ""
+	var out []relName
+	for rows.Next() {
+		var schema, name *string
+		if err := rows.Scan(&level, &exists, &schema, &name); err != nil {
+			return nil, fmt.Errorf("read publication %s: %w", pub, err)
+		}
+		if schema != nil && name != nil {
+			out = append(out, relName{Schema: *schema, Name: *name})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read publication %s: %w", pub, err)
+	}
+	if err := probe.CheckWALLevel(level); err != nil {
+		return nil, err
 	}
 	if !exists {
 		return nil, hint.Wrap(fmt.Errorf("read publication %s: %w", pub, ErrNoPublication),
 			fmt.Sprintf("run: CREATE PUBLICATION %s FOR TABLE schema.table, ...  (or FOR ALL TABLES)", pgarrow.QuoteIdent(pub)))
-	}
-	rows, err := conn.Query(ctx, "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1", pub)
-	if err != nil {
-		return nil, fmt.Errorf("read publication %s: %w", pub, err)
-	}
-	var out []relName
-	for rows.Next() {
-		var r relName
-		if err := rows.Scan(&r.Schema, &r.Name); err != nil {
-			return nil, fmt.Errorf("read publication %s: %w", pub, err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read publication %s: %w", pub, err)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		return out[i].Schema < out[j].Schema || out[i].Schema == out[j].Schema && out[i].Name < out[j].Name
@@ -64,56 +74,94 @@ func publicationTables(ctx context.Context, conn *pgx.Conn, pub string) ([]relNa
 	return out, nil
 }
 
-// resolveTables picks the tables to snapshot: want (names as
-// pgarrow.ParseTableName reads them, e.g. orders, public.orders,
+// resolveTables picks and describes the tables to snapshot: want (names
+// as pgarrow.ParseTableName reads them, e.g. orders, public.orders,
 // public."Odd Name", or collection names), or all of the publication when
-// want is empty. Every table must be in the publication.
-func resolveTables(ctx context.Context, conn *pgx.Conn, pub string, want []string) ([]relName, error) {
+// want is empty. Every table must be in the publication. It takes two
+// round trips however many tables there are.
+func resolveTables(ctx context.Context, conn *pgx.Conn, pub string, want []string) ([]relName, []*pgarrow.Table, error) {
 	inPub, err := publicationTables(ctx, conn, pub)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(want) == 0 {
 		if len(inPub) == 0 {
-			return nil, hint.Wrap(fmt.Errorf("resolve tables: %w: publication %s has no tables", ErrNoTables, pub),
+			return nil, nil, hint.Wrap(fmt.Errorf("resolve tables: %w: publication %s has no tables", ErrNoTables, pub),
 				fmt.Sprintf("run: ALTER PUBLICATION %s ADD TABLE schema.table", pgarrow.QuoteIdent(pub)))
 		}
-		return inPub, nil
+		tabs, err := pgarrow.LoadTables(ctx, conn, inPub)
+		if err != nil {
+			return nil, nil, fmt.Errorf("describe tables: %w", err)
+		}
+		return inPub, tabs, nil
+	}
+	var names []relName
+	for _, w := range want {
+		n, err := pgarrow.ParseTableName(w)
+		if err != nil {
+			return nil, nil, fmt.Errorf("resolve tables: %w", err)
+		}
+		names = append(names, n)
+	}
+	tabs, err := pgarrow.LoadTables(ctx, conn, names)
+	if err != nil {
+		// Say what is wrong as checking them one by one does.
+		if err := checkTables(ctx, conn, pub, inPub, names); err != nil {
+			return nil, nil, err
+		}
+		return nil, nil, fmt.Errorf("describe tables: %w", err)
 	}
 	member := map[relName]bool{}
 	for _, r := range inPub {
 		member[r] = true
 	}
-	var out []relName
+	var rels []relName
+	var out []*pgarrow.Table
 	seen := map[relName]bool{}
-	for _, w := range want {
-		n, err := pgarrow.ParseTableName(w)
-		if err != nil {
-			return nil, fmt.Errorf("resolve tables: %w", err)
+	for _, t := range tabs {
+		r := t.TableName()
+		if !member[r] {
+			return nil, nil, notInPublication(r, pub)
 		}
+		if !seen[r] {
+			seen[r] = true
+			rels, out = append(rels, r), append(out, t)
+		}
+	}
+	return rels, out, nil
+}
+
+// checkTables looks the tables named up one by one and returns the error
+// of the first that does not exist or is not in the publication.
+func checkTables(ctx context.Context, conn *pgx.Conn, pub string, inPub, names []relName) error {
+	member := map[relName]bool{}
+	for _, r := range inPub {
+		member[r] = true
+	}
+	for _, n := range names {
 		var r relName
 		oid, err := pgarrow.LookupTable(ctx, conn, n)
 		if errors.Is(err, pgarrow.ErrTableNotFound) {
-			return nil, fmt.Errorf("resolve table %s: %w: %w", n, ErrNoTable, err)
+			return fmt.Errorf("resolve table %s: %w: %w", n, ErrNoTable, err)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("resolve table %s: %w", n, err)
+			return fmt.Errorf("resolve table %s: %w", n, err)
 		}
 		err = conn.QueryRow(ctx, `SELECT n.nspname::text, c.relname::text FROM pg_class c
 			JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1`, oid).Scan(&r.Schema, &r.Name)
 		if err != nil {
-			return nil, fmt.Errorf("resolve table %s: %w", n, err)
+			return fmt.Errorf("resolve table %s: %w", n, err)
 		}
 		if !member[r] {
-			return nil, hint.Wrap(fmt.Errorf("resolve table %s: %w %s", r, ErrNotInPublication, pub),
-				fmt.Sprintf("run: ALTER PUBLICATION %s ADD TABLE %s", pgarrow.QuoteIdent(pub), r.SQL()))
-		}
-		if !seen[r] {
-			seen[r] = true
-			out = append(out, r)
+			return notInPublication(r, pub)
 		}
 	}
-	return out, nil
+	return nil
+}
+
+func notInPublication(r relName, pub string) error {
+	return hint.Wrap(fmt.Errorf("resolve table %s: %w %s", r, ErrNotInPublication, pub),
+		fmt.Sprintf("run: ALTER PUBLICATION %s ADD TABLE %s", pgarrow.QuoteIdent(pub), r.SQL()))
 }
 
 // replicaIdentityError lists the tables whose replica identity is not

@@ -48,6 +48,13 @@ func ParsePostgres(dsnStr string) (*Postgres, error) {
 		return nil, hint.Wrap(fmt.Errorf("parse postgres dsn %q: the password holds an unescaped '@': %w", dsn.MaskPG(dsnStr), dsn.ErrMalformed),
 			"write '@' in a URL's password as %40 (or use the key=value form, or PGPASSWORD)")
 	}
+	if !strings.Contains(dsnStr, "default_query_exec_mode") {
+		// One round trip per query, none to prepare it: rtrctl's queries
+		// are mostly one-off catalog reads, and a server 100 ms away pays
+		// for every round trip (parameters are typed by the server, as
+		// when preparing; results come as text).
+		cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
 	return &Postgres{cfg: cfg, ssl: sslParams(dsnStr)}, nil
 }
 

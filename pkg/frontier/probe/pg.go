@@ -82,6 +82,11 @@ func CheckLogical(ctx context.Context, conn *pgx.Conn) error {
 	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
 		return fmt.Errorf("read wal_level: %w", err)
 	}
+	return CheckWALLevel(level)
+}
+
+// CheckWALLevel is CheckLogical for a wal_level read already.
+func CheckWALLevel(level string) error {
 	if level != "logical" {
 		return hint.Wrap(fmt.Errorf("postgres wal_level is %q, but logical replication needs wal_level=logical", level),
 			"run: ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL")
@@ -129,16 +134,26 @@ func (p *Postgres) connect(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("probe postgres: %w", err)
 	}
-	if err := CheckLogical(ctx, conn); err != nil {
+	var level string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('wal_level'), current_setting('wal_block_size')::bigint, pg_size_bytes(current_setting('wal_segment_size'))").Scan(&level, &p.block, &p.seg); err != nil {
+		conn.Close(context.Background())
+		return fmt.Errorf("probe postgres: read wal_level and wal_block_size: %w", err)
+	}
+	if err := CheckWALLevel(level); err != nil {
 		conn.Close(context.Background())
 		return fmt.Errorf("probe postgres: %w", err)
 	}
-	if err := conn.QueryRow(ctx, "SELECT current_setting('wal_block_size')::bigint, pg_size_bytes(current_setting('wal_segment_size'))").Scan(&p.block, &p.seg); err != nil {
-		conn.Close(context.Background())
-		return fmt.Errorf("probe postgres: read wal_block_size: %w", err)
-	}
 	p.conn = conn
 	return nil
+}
+
+// Warm implements Warmer: it opens the connection now, so that the first
+// Probe costs one round trip like the others. A failure is left for the
+// next Probe to retry and report.
+func (p *Postgres) Warm(ctx context.Context) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_ = p.connect(ctx)
 }
 
 // drop closes a connection that failed, to reconnect next time.

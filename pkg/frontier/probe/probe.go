@@ -38,3 +38,10 @@ type Prober interface {
 	// Close releases the connection.
 	Close() error
 }
+
+// Warmer is a Prober that can open its connection ahead of the first
+// Probe (a daemon warms its prober at start, so that the first wait-recent
+// costs what later ones do).
+type Warmer interface {
+	Warm(ctx context.Context)
+}
