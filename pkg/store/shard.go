@@ -46,6 +46,17 @@ type genSchemas struct {
 	batch *arrow.Schema
 	// read is the user columns and _diff: ReadAsOf.
 	read *arrow.Schema
+
+	headOnce sync.Once
+	head     []byte
+	headErr  error
+}
+
+// ipcHead returns the IPC stream form of the batch schema's message, to
+// decode a row group with (schemaHead).
+func (sc *genSchemas) ipcHead() ([]byte, error) {
+	sc.headOnce.Do(func() { sc.head, sc.headErr = schemaHead(sc.batch) })
+	return sc.head, sc.headErr
 }
 
 // gen is a generation of a manifest with its schemas: it is in force at
@@ -608,66 +619,6 @@ func (sh *Shard) ReadAsOf(ctx context.Context, t uint64) (arrow.Record, error) {
 		return nil, err
 	}
 	return out, nil
-}
-
-// ScanAsOf hands the updates at times <= t of the generation in force at
-// t to add, one batch at a time (that generation's user columns, _time
-// and _diff; consolidated within a batch, not across batches), so that a
-// caller can fold the contents as of t into its own structure holding no
-// more than one batch. Summed, the updates are ReadAsOf(t). If a
-// compaction replaces a batch file during the scan, the scan starts over
-// on the new manifest; begin is called before each pass, and the caller
-// drops what it gathered. t must be in [Since, Upper).
-func (sh *Shard) ScanAsOf(ctx context.Context, t uint64, begin func(), add func(rec arrow.Record) error) error {
-	if sh.kind != kindData {
-		return fmt.Errorf("scan %s: a remap shard holds bindings; use Bindings: %w", sh.what(), ErrInvalid)
-	}
-	return sh.readRetry(ctx, func(m *Manifest) error {
-		g, err := sh.readableAt(m, "read", t)
-		if err != nil {
-			return err
-		}
-		begin()
-		for _, b := range g.batches(m) {
-			if b.Lower > t {
-				continue
-			}
-			recs, err := sh.loadBatch(ctx, b, g.sc.batch)
-			if err != nil {
-				return fmt.Errorf("scan %s as of %d: %w", sh.what(), t, err)
-			}
-			for i, rec := range recs {
-				if b.Upper > t+1 {
-					rest, ferr := sh.filterTo(rec, t, g.sc)
-					rec.Release()
-					rec, err = rest, ferr
-				}
-				if rec != nil {
-					err = add(rec)
-					rec.Release()
-				}
-				if err != nil {
-					runs(recs[i+1:]).release()
-					return err
-				}
-			}
-		}
-		return nil
-	})
-}
-
-// filterTo returns the rows of rec with _time <= t (nil when none).
-func (sh *Shard) filterTo(rec arrow.Record, t uint64, sc *genSchemas) (arrow.Record, error) {
-	rs, err := newRunSet(sc.user.Fields())
-	if err != nil {
-		return nil, fmt.Errorf("scan %s: %w", sh.what(), err)
-	}
-	defer rs.release()
-	es := rs.ents(rs.add(rec), 0, t+1)
-	if len(es) == 0 {
-		return nil, nil
-	}
-	return rs.build(sc.batch, es, true), nil
 }
 
 // Changes returns the consolidated updates at times in (t1, t2]: the user

@@ -66,6 +66,14 @@ type Options struct {
 	Grace time.Duration
 	// Now is the clock used for file ages; nil means time.Now.
 	Now func() time.Time
+	// FileBytes is the size at which appends and compaction cut a data
+	// run into its next batch file; zero means DefaultFileBytes. A file
+	// ends after the row group that reaches it.
+	FileBytes int64
+	// GroupRows is the most rows of one row group (Arrow record batch) of
+	// a data batch file; zero means DefaultGroupRows. Readers load one
+	// group of each file at a time.
+	GroupRows int
 	// MustExist makes Open fail with ErrNoStore instead of creating a new
 	// store (readers use it, so a typo does not create an empty store).
 	MustExist bool
