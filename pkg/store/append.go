@@ -331,7 +331,7 @@ func (sh *Shard) sameAsDurable(ctx context.Context, batches []BatchMeta, sc *gen
 		return false, err
 	}
 	defer rs.release()
-	stored, err := sh.collect(ctx, batches, sc.batch, rs, lo, hi)
+	stored, err := sh.collect(ctx, batches, sc, rs, lo, hi)
 	if err != nil {
 		return false, err
 	}

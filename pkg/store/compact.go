@@ -296,23 +296,10 @@ func (sh *Shard) mergeData(ctx context.Context, in []BatchMeta, since uint64, g 
 		return nil, 0, err
 	}
 	defer closeAll()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	recs := make(chan arrow.Record, 1)
-	mergeErr := make(chan error, 1)
-	go func() {
-		defer close(recs)
-		mergeErr <- mergeRuns(g.sc.user.Fields(), srcs, mergeOpts{hi: math.MaxUint64, advance: since}, func(rs *runSet, es []ent) error {
-			rec := rs.build(g.sc.batch, es, true)
-			select {
-			case recs <- rec:
-				return nil
-			case <-ctx.Done():
-				rec.Release()
-				return ctx.Err()
-			}
-		})
-	}()
+	recs, stop, wait := mergeAsync(ctx, g.sc.user.Fields(), srcs, mergeOpts{hi: math.MaxUint64, advance: since}, func(rs *runSet, es []ent) arrow.Record {
+		return rs.build(g.sc.batch, es, true)
+	})
+	defer stop()
 	var merged bool
 	var mergeRes error
 	out, err := sh.writeRun(ctx, lower, upper, g.start, g.sc.batch, func() (arrow.Record, error) {
@@ -321,15 +308,11 @@ func (sh *Shard) mergeData(ctx context.Context, in []BatchMeta, since uint64, g 
 		}
 		rec, ok := <-recs
 		if !ok {
-			merged, mergeRes = true, <-mergeErr
+			merged, mergeRes = true, wait()
 			return nil, mergeRes
 		}
 		return rec, nil
 	})
-	cancel()
-	for rec := range recs {
-		rec.Release()
-	}
 	if err != nil {
 		return nil, 0, err
 	}

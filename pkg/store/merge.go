@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"sort"
 
 	"github.com/apache/arrow/go/v17/arrow"
@@ -167,4 +168,43 @@ func (rs *runSet) cmpRowsAt(a, i, b, j int) int {
 	x := ent{run: uint32(a), row: uint32(i)}
 	y := ent{run: uint32(b), row: uint32(j)}
 	return rs.cmpCols(&x, &y, 0)
+}
+
+// mergeAsync runs mergeRuns in its own goroutine, so that merging and the
+// consumer of its output (rendering, writing files) overlap: build turns
+// each window into a record, handed over on the channel (at most two
+// windows in flight). The consumer reads the channel to its end, or calls
+// stop; wait returns the merge's error once the channel is closed.
+func mergeAsync(ctx context.Context, user []arrow.Field, srcs []*mergeSrc, o mergeOpts, build func(rs *runSet, es []ent) arrow.Record) (recs <-chan arrow.Record, stop func(), wait func() error) {
+	ctx, cancel := context.WithCancel(ctx)
+	ch := make(chan arrow.Record, 1)
+	done := make(chan struct{})
+	var err error
+	go func() {
+		defer close(done)
+		defer close(ch)
+		err = mergeRuns(user, srcs, o, func(rs *runSet, es []ent) error {
+			rec := build(rs, es)
+			select {
+			case ch <- rec:
+				return nil
+			case <-ctx.Done():
+				rec.Release()
+				return ctx.Err()
+			}
+		})
+	}()
+	stop = func() {
+		cancel()
+		for rec := range ch {
+			rec.Release()
+		}
+		<-done
+	}
+	wait = func() error {
+		<-done
+		cancel()
+		return err
+	}
+	return ch, stop, wait
 }

@@ -676,7 +676,7 @@ func (sh *Shard) Changes(ctx context.Context, t1, t2 uint64) (arrow.Record, erro
 				// The implicit retraction at g.start of what the previous
 				// generation holds as of g.start-1: all its updates.
 				prev := gs[k-1]
-				old, err := sh.gather(ctx, prev.batches(m), prev.sc.batch, rs, 0, g.start)
+				old, err := sh.gather(ctx, prev.batches(m), prev.sc, rs, 0, g.start)
 				if err != nil {
 					return fmt.Errorf("changes of %s: %w", sh.what(), err)
 				}
@@ -686,7 +686,7 @@ func (sh *Shard) Changes(ctx context.Context, t1, t2 uint64) (arrow.Record, erro
 					es = append(es, e)
 				}
 			}
-			got, err := sh.gather(ctx, g.batches(m), g.sc.batch, rs, max(t1+1, g.start), min(t2+1, g.end))
+			got, err := sh.gather(ctx, g.batches(m), g.sc, rs, max(t1+1, g.start), min(t2+1, g.end))
 			if err != nil {
 				return fmt.Errorf("changes of %s: %w", sh.what(), err)
 			}
@@ -711,8 +711,8 @@ func sameSchema(a, b *arrow.Schema) bool {
 // collect loads the updates of batches (files of schema want) at times in
 // [lo, hi) into rs and returns them sorted by (time, row) and
 // consolidated.
-func (sh *Shard) collect(ctx context.Context, batches []BatchMeta, want *arrow.Schema, rs *runSet, lo, hi uint64) ([]ent, error) {
-	es, err := sh.gather(ctx, batches, want, rs, lo, hi)
+func (sh *Shard) collect(ctx context.Context, batches []BatchMeta, sc *genSchemas, rs *runSet, lo, hi uint64) ([]ent, error) {
+	es, err := sh.gather(ctx, batches, sc, rs, lo, hi)
 	if err != nil {
 		return nil, err
 	}
@@ -720,19 +720,32 @@ func (sh *Shard) collect(ctx context.Context, batches []BatchMeta, want *arrow.S
 	return rs.consolidateRowTime(es), nil
 }
 
-// gather loads the updates of batches (files of schema want) at times in
-// [lo, hi) into rs and returns them, in no particular order.
-func (sh *Shard) gather(ctx context.Context, batches []BatchMeta, want *arrow.Schema, rs *runSet, lo, hi uint64) ([]ent, error) {
+// gather loads the updates of batches (of the generation with schemas
+// sc) at times in [lo, hi) into rs and returns them, in no particular
+// order. Row groups whose time range misses [lo, hi) are not read.
+func (sh *Shard) gather(ctx context.Context, batches []BatchMeta, sc *genSchemas, rs *runSet, lo, hi uint64) ([]ent, error) {
+	head, err := sc.ipcHead()
+	if err != nil {
+		return nil, err
+	}
 	var es []ent
 	for _, b := range batches {
 		if b.Lower >= hi || b.Upper <= lo {
 			continue
 		}
-		recs, err := sh.loadBatch(ctx, b, want)
+		r, err := sh.openRun(ctx, []BatchMeta{b}, sc.batch, head, lo, hi)
 		if err != nil {
 			return nil, err
 		}
-		for _, rec := range recs {
+		for {
+			rec, err := r.next()
+			if err != nil || rec == nil {
+				r.close()
+				if err != nil {
+					return nil, err
+				}
+				break
+			}
 			run := rs.add(rec)
 			rec.Release()
 			es = append(es, rs.ents(run, lo, hi)...)

@@ -22,11 +22,9 @@ func (sh *Shard) StreamAsOf(ctx context.Context, t uint64, start func(schema *ar
 	if sh.kind != kindData {
 		return fmt.Errorf("read %s: a remap shard holds bindings; use Bindings: %w", sh.what(), ErrInvalid)
 	}
-	return sh.streamAsOf(ctx, "read", t, func(g gen) error { return start(g.sc.read) }, func(g gen, rs *runSet, es []ent) error {
-		rec := rs.build(g.sc.read, es, false)
-		defer rec.Release()
-		return add(rec)
-	})
+	return sh.streamAsOf(ctx, "read", t, func(g gen) error { return start(g.sc.read) }, func(g gen, rs *runSet, es []ent) arrow.Record {
+		return rs.build(g.sc.read, es, false)
+	}, add)
 }
 
 // ScanAsOf hands the contents as of t of the generation in force at t to
@@ -41,16 +39,15 @@ func (sh *Shard) ScanAsOf(ctx context.Context, t uint64, begin func(), add func(
 	if sh.kind != kindData {
 		return fmt.Errorf("scan %s: a remap shard holds bindings; use Bindings: %w", sh.what(), ErrInvalid)
 	}
-	return sh.streamAsOf(ctx, "scan", t, func(gen) error { begin(); return nil }, func(g gen, rs *runSet, es []ent) error {
-		rec := rs.build(g.sc.batch, es, true)
-		defer rec.Release()
-		return add(rec)
-	})
+	return sh.streamAsOf(ctx, "scan", t, func(gen) error { begin(); return nil }, func(g gen, rs *runSet, es []ent) arrow.Record {
+		return rs.build(g.sc.batch, es, true)
+	}, add)
 }
 
 // streamAsOf merges the runs of the generation in force at t, updates at
-// times <= t, consolidated per row, into emit.
-func (sh *Shard) streamAsOf(ctx context.Context, op string, t uint64, start func(g gen) error, emit func(g gen, rs *runSet, es []ent) error) error {
+// times <= t, consolidated per row, into records (build) handed to add;
+// the merge runs ahead of add in its own goroutine.
+func (sh *Shard) streamAsOf(ctx context.Context, op string, t uint64, start func(g gen) error, build func(g gen, rs *runSet, es []ent) arrow.Record, add func(rec arrow.Record) error) error {
 	return sh.readRetry(ctx, func(m *Manifest) error {
 		g, err := sh.readableAt(m, "read", t)
 		if err != nil {
@@ -65,13 +62,18 @@ func (sh *Shard) streamAsOf(ctx context.Context, op string, t uint64, start func
 		if err := start(g); err != nil {
 			return noRetry(err)
 		}
-		err = mergeRuns(g.sc.user.Fields(), srcs, mergeOpts{hi: t + 1, perRow: true}, func(rs *runSet, es []ent) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			return emit(g, rs, es)
+		recs, stop, wait := mergeAsync(ctx, g.sc.user.Fields(), srcs, mergeOpts{hi: t + 1, perRow: true}, func(rs *runSet, es []ent) arrow.Record {
+			return build(g, rs, es)
 		})
-		if err != nil {
+		defer stop()
+		for rec := range recs {
+			err := add(rec)
+			rec.Release()
+			if err != nil {
+				return noRetry(err)
+			}
+		}
+		if err := wait(); err != nil {
 			return noRetry(fmt.Errorf("%s %s as of %d: %w", op, sh.what(), t, err))
 		}
 		return nil
