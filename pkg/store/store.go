@@ -13,7 +13,13 @@
 // each version; the other gets an *UpperMismatchError.
 //
 // A collection's contents at time t are all updates with time <= t,
-// consolidated. Reads are exact at every t in [since, upper): compaction
+// consolidated. An append or a merge writes one sorted run, cut into
+// files of bounded size (Options.FileBytes) of row groups of bounded rows
+// (Options.GroupRows) indexed in the manifest, and StreamAsOf, ScanAsOf
+// and compaction merge runs a group of each at a time, so their memory
+// does not grow with the collection.
+//
+// Reads are exact at every t in [since, upper): compaction
 // merges batches, advances times below since to since and consolidates, and
 // never changes such a read.
 //
