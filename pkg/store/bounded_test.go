@@ -2,10 +2,14 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"testing"
+	"time"
 
+	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/ipc"
 )
 
@@ -174,5 +178,137 @@ func TestReadsFilesWithoutGroupIndex(t *testing.T) {
 	}
 	for at := range uint64(3) {
 		checkAsOf(t, ctx, sh2, m, len(testFields), at)
+	}
+}
+
+// TestMergeWindowsAreBounded: merging runs of many groups never holds
+// more than about one group per run: every window, and every run's
+// pending rows, stay within a small multiple of the group size however
+// long the runs are.
+func TestMergeWindowsAreBounded(t *testing.T) {
+	ctx := context.Background()
+	const groupRows, runs = 16, 4
+	s := openTest(t, t.TempDir(), Options{GroupRows: groupRows, Retain: -1})
+	sh := createTest(t, s, "db.t", testFields)
+	m := &model{}
+	for k := range runs {
+		var ups []upd
+		for i := range 2000 {
+			// Interleaved keys, so that every run spans the key range.
+			ups = append(ups, upd{row(int64(i*runs+k), "v"), uint64(k), 1})
+		}
+		appendTest(t, sh, testFields, uint64(k), uint64(k+1), ups)
+		m.ups = append(m.ups, ups...)
+	}
+	cur, err := sh.refresh(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, err := sh.gensOf(cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcs, closeAll, err := sh.openSources(ctx, gs[0], cur.Batches, 0, runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll()
+	if len(srcs) != runs {
+		t.Fatalf("%d sources, want %d", len(srcs), runs)
+	}
+	total, windows := 0, 0
+	err = mergeRuns(testFields, srcs, mergeOpts{hi: runs, perRow: true}, func(rs *runSet, es []ent) error {
+		windows++
+		total += len(es)
+		if len(es) > runs*groupRows {
+			t.Fatalf("a window of %d rows; at most %d (a group per run) expected", len(es), runs*groupRows)
+		}
+		for i, src := range srcs {
+			held := 0
+			for _, rec := range src.pend {
+				held += int(rec.NumRows())
+			}
+			if held > 2*groupRows {
+				t.Fatalf("run %d holds %d rows; at most two groups expected", i, held)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != runs*2000 || windows < runs*2000/(runs*groupRows) {
+		t.Fatalf("%d rows in %d windows, want %d rows in many windows", total, windows, runs*2000)
+	}
+	checkAsOf(t, ctx, sh, m, len(testFields), runs-1)
+}
+
+// TestStreamSurvivesCompaction: a compaction that replaces and removes
+// the files a stream is reading (no grace period) does not disturb it:
+// the stream opened them first.
+func TestStreamSurvivesCompaction(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	opts := Options{GroupRows: 8, Retain: -1, Grace: time.Nanosecond, KeepManifests: 2}
+	sh := createTest(t, openTest(t, dir, opts), "db.t", testFields)
+	m := &model{}
+	for k := range 6 {
+		ups := bigUpdates(200)
+		for i := range ups {
+			ups[i].time = uint64(k)
+		}
+		appendTest(t, sh, testFields, uint64(k), uint64(k+1), ups)
+		m.ups = append(m.ups, ups...)
+	}
+	before, err := sh.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := openTest(t, dir, opts).Shard(ctx, "db.t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []upd
+	err = sh.StreamAsOf(ctx, 5, func(*arrow.Schema) error {
+		// Compact, then move on two manifest versions and clean up, so
+		// that no kept manifest names the files the stream reads.
+		if res, err := other.Compact(ctx); err != nil || !res.Committed {
+			return fmt.Errorf("compact: %+v, %v; want the files replaced", res, err)
+		}
+		for up := uint64(6); up < 8; up++ {
+			if _, err := other.Append(ctx, up, up+1); err != nil {
+				return err
+			}
+		}
+		if res, err := other.Compact(ctx); err != nil || res.Removed == 0 {
+			return fmt.Errorf("compact: %+v, %v; want the old files removed", res, err)
+		}
+		return nil
+	}, func(rec arrow.Record) error {
+		got = append(got, recordRows(t, rec, len(testFields), false)...)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := sh.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := map[string]bool{}
+	for _, b := range after.Batches {
+		kept[b.File] = true
+	}
+	gone := 0
+	for _, b := range before.Batches {
+		if _, err := os.Stat(b.Path); !kept[b.File] && errors.Is(err, fs.ErrNotExist) {
+			gone++
+		}
+	}
+	if gone == 0 {
+		t.Fatal("no file the stream read was removed; the test shows nothing")
+	}
+	if want := m.asOf(5); !equalUpds(got, want, false) {
+		t.Fatalf("stream during compaction:\ngot\n%swant\n%s", fmtUpds(got), fmtUpds(want))
 	}
 }
