@@ -95,8 +95,10 @@ func mergeRuns(user []arrow.Field, srcs []*mergeSrc, o mergeOpts, emit func(rs *
 			rs.release()
 			return nil
 		}
-		var es []ent
+		// Each source's updates below the bound, in (row, time) order.
+		lists := make([][]ent, 0, len(srcs))
 		for si, s := range srcs {
+			var es []ent
 			var rest []arrow.Record
 			for k, rec := range s.pend {
 				r, n := runIdx[si][k], int(rec.NumRows())
@@ -127,17 +129,26 @@ func mergeRuns(user []arrow.Field, srcs []*mergeSrc, o mergeOpts, emit func(rs *
 			}
 			runs(s.pend).release()
 			s.pend = rest
-		}
-		if o.advance > 0 {
-			for i := range es {
-				es[i].time = max(es[i].time, o.advance)
+			if o.advance > 0 {
+				// Monotone, so the list stays in (row, time) order.
+				for i := range es {
+					es[i].time = max(es[i].time, o.advance)
+				}
+			}
+			if o.perRow {
+				es = rs.consolidateRow(es)
+			} else {
+				es = rs.consolidateRowTime(es)
+			}
+			if len(es) > 0 {
+				lists = append(lists, es)
 			}
 		}
-		rs.sortRowTime(es)
+		var es []ent
 		if o.perRow {
-			es = rs.consolidateRow(es)
+			es = rs.mergeRows(lists)
 		} else {
-			es = rs.consolidateRowTime(es)
+			es = rs.mergeBy(lists, rs.cmpRowTime)
 		}
 		if len(es) > 0 {
 			err = emit(rs, es)
