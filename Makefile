@@ -8,7 +8,7 @@ SERVICES  ?= $(CURDIR)/.services
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 GOTESTFLAGS ?= -p 2 -timeout 20m
 
-.PHONY: all build deps test test-unit lint bench demo services-up services-down fuzz clean
+.PHONY: all build deps test test-unit lint bench bench-scale demo services-up services-down fuzz clean
 
 all: build
 
@@ -39,6 +39,12 @@ fuzz:
 
 bench: deps build
 	@scripts/bench.sh
+
+# Time and peak RSS of ingest, read and compact at 1M and BENCH_ROWS rows
+# beside psql COPY (docs/benchmarks.md); slow, not part of test or bench.
+BENCH_ROWS ?= 10000000
+bench-scale: deps build
+	@BENCH_ROWS=$(BENCH_ROWS) scripts/bench-scale.sh
 
 demo: deps build
 	@scripts/demo.sh

@@ -226,34 +226,68 @@ func runRead(ctx context.Context, w io.Writer, opts readOptions) error {
 	if opts.asOf != nil {
 		t = *opts.asOf
 	}
-	rec, err := sh.ReadAsOf(ctx, t)
+	return streamAsOf(ctx, w, sh, opts, t)
+}
+
+// streamAsOf prints the contents as of t as the store merges them, in
+// bounded memory: every format writes rows as they come.
+func streamAsOf(ctx context.Context, w io.Writer, sh *store.Shard, opts readOptions, t uint64) error {
+	var text *render.Stream
+	var pw *pipe.Writer
+	var user []arrow.Field
+	var readSchema *arrow.Schema
+	row := 0
+	err := sh.StreamAsOf(ctx, t, func(schema *arrow.Schema) (err error) {
+		readSchema, user = schema, schema.Fields()[:schema.NumFields()-1]
+		if opts.format == "arrow" {
+			pw = pipe.NewWriter(w, memory.DefaultAllocator)
+			return nil
+		}
+		text, err = render.NewStream(w, opts.format, user)
+		return err
+	}, func(rec arrow.Record) error {
+		diffIdx := int(rec.NumCols()) - 1
+		diffs := rec.Column(diffIdx).(*array.Int64)
+		row += diffs.Len()
+		if pw != nil {
+			withTime, err := addTimeColumn(rec, t)
+			if err != nil {
+				return err
+			}
+			defer withTime.Release()
+			return writeArrowRecord(pw, opts.collection, frontier.DomainSystem, withTime)
+		}
+		for i := 0; i < diffs.Len(); i++ {
+			if diffs.Value(i) < 0 {
+				return fmt.Errorf("read %s as of %d: row %d has multiplicity %d: the collection holds a retraction without its insert, which upstream data cannot produce; the store's input was inconsistent", opts.collection, t, row-diffs.Len()+i, diffs.Value(i))
+			}
+		}
+		userRec := array.NewRecord(arrow.NewSchema(user, nil), rec.Columns()[:diffIdx], rec.NumRows())
+		defer userRec.Release()
+		return text.Write(userRec, func(i int) int64 { return diffs.Value(i) })
+	})
 	if err != nil {
 		return err
 	}
-	defer rec.Release()
-	diffIdx := int(rec.NumCols()) - 1
-	diffs := rec.Column(diffIdx).(*array.Int64)
-	if opts.format == "arrow" {
-		withTime, err := addTimeColumn(rec, t)
-		if err != nil {
-			return err
+	if pw != nil {
+		if row == 0 {
+			// No rows: the stream still says what the collection is.
+			empty := array.NewRecordBuilder(memory.DefaultAllocator, readSchema)
+			rec := empty.NewRecord()
+			empty.Release()
+			withTime, err := addTimeColumn(rec, t)
+			rec.Release()
+			if err != nil {
+				return err
+			}
+			defer withTime.Release()
+			if err := writeArrowRecord(pw, opts.collection, frontier.DomainSystem, withTime); err != nil {
+				return err
+			}
 		}
-		defer withTime.Release()
-		return writeArrow(w, opts.collection, frontier.DomainSystem, withTime)
+		return closeArrow(pw)
 	}
-	for i := 0; i < diffs.Len(); i++ {
-		if diffs.Value(i) < 0 {
-			return fmt.Errorf("read %s as of %d: row %d has multiplicity %d: the collection holds a retraction without its insert, which upstream data cannot produce; the store's input was inconsistent", opts.collection, t, i, diffs.Value(i))
-		}
-	}
-	cols := make([]arrow.Array, diffIdx)
-	for j := range cols {
-		cols[j] = rec.Column(j)
-	}
-	fields := rec.Schema().Fields()[:diffIdx]
-	userRec := array.NewRecord(arrow.NewSchema(fields, nil), cols, rec.NumRows())
-	defer userRec.Release()
-	return render.Rows(w, opts.format, userRec, func(i int) int64 { return diffs.Value(i) })
+	return text.Close()
 }
 
 // addTimeColumn returns rec (user columns + _diff) with _time = t inserted
@@ -281,6 +315,15 @@ func addTimeColumn(rec arrow.Record, t uint64) (arrow.Record, error) {
 // partitioned domains) as one data stream of domain d.
 func writeArrow(w io.Writer, collection string, d frontier.Domain, rec arrow.Record) error {
 	pw := pipe.NewWriter(w, memory.DefaultAllocator)
+	if err := writeArrowRecord(pw, collection, d, rec); err != nil {
+		return err
+	}
+	return closeArrow(pw)
+}
+
+// writeArrowRecord writes rec as a batch of the data stream of domain d
+// (the same stream as the batch before it).
+func writeArrowRecord(pw *pipe.Writer, collection string, d frontier.Domain, rec arrow.Record) error {
 	n := int(rec.NumCols()) - 2
 	if d.Partitioned() {
 		n--
@@ -293,6 +336,10 @@ func writeArrow(w io.Writer, collection string, d frontier.Domain, rec arrow.Rec
 	if err := pw.WriteRecord(h, out); err != nil {
 		return fmt.Errorf("write arrow: %w", err)
 	}
+	return nil
+}
+
+func closeArrow(pw *pipe.Writer) error {
 	if err := pw.Close(); err != nil {
 		if errors.Is(err, io.ErrClosedPipe) {
 			return nil

@@ -148,10 +148,11 @@ type casOps struct {
 	// most once per append: the first time the upper is the expected one.
 	// A nil batch, or a nil write, means no file (progress only). On error
 	// it leaves no file behind.
-	write func() (*BatchMeta, error)
-	// apply records batch (nil when there is none) in next, a copy of the
-	// current manifest with the version and the upper already advanced.
-	apply func(next *Manifest, batch *BatchMeta)
+	write func() ([]BatchMeta, error)
+	// apply records the batch files (none when there is no batch) in next,
+	// a copy of the current manifest with the version and the upper
+	// already advanced.
+	apply func(next *Manifest, batch []BatchMeta)
 	// replay handles a first read whose upper is beyond the expected one.
 	replay func(m *Manifest) (AppendResult, error)
 }
@@ -164,12 +165,12 @@ type casOps struct {
 // retried on the new version; one that moved it is an *UpperMismatchError.
 // Every failure before the manifest became visible removes the batch file.
 func (sh *Shard) casAppend(ctx context.Context, expected, newUpper uint64, ops casOps) (AppendResult, error) {
-	var batch *BatchMeta
+	var batch []BatchMeta
 	removeBatch := func() {
-		if batch != nil {
-			sh.st.fs.Remove(filepath.Join(sh.dir, batch.File))
-			batch = nil
+		for _, b := range batch {
+			sh.st.fs.Remove(filepath.Join(sh.dir, b.File))
 		}
+		batch = nil
 	}
 	written := false
 	for attempt := 0; ; attempt++ {
@@ -238,8 +239,8 @@ func (sh *Shard) casAppend(ctx context.Context, expected, newUpper uint64, ops c
 			return AppendResult{}, err
 		}
 		r := AppendResult{Status: Appended, Upper: newUpper, Version: next.Version}
-		if batch != nil {
-			r.Rows = batch.Rows
+		for _, b := range batch {
+			r.Rows += b.Rows
 		}
 		return r, nil
 	}
@@ -258,7 +259,7 @@ func (sh *Shard) appendData(ctx context.Context, expected, newUpper uint64, in r
 			}
 			return nil
 		},
-		write: func() (*BatchMeta, error) {
+		write: func() ([]BatchMeta, error) {
 			if len(in) == 0 {
 				return nil, nil
 			}
@@ -269,18 +270,15 @@ func (sh *Shard) appendData(ctx context.Context, expected, newUpper uint64, in r
 			if len(sorted) == 0 {
 				return nil, nil
 			}
-			meta, err := sh.writeBatch(ctx, expected, newUpper, sorted...)
+			metas, err := sh.writeRun(ctx, expected, newUpper, g.start, g.sc.batch, recordsOf(sorted...))
 			sorted.release()
 			if err != nil {
 				return nil, fmt.Errorf("append %s: %w", sh.what(), err)
 			}
-			meta.Generation = g.start
-			return &meta, nil
+			return metas, nil
 		},
-		apply: func(next *Manifest, batch *BatchMeta) {
-			if batch != nil {
-				next.Batches = append(next.Batches, *batch)
-			}
+		apply: func(next *Manifest, batch []BatchMeta) {
+			next.Batches = append(next.Batches, batch...)
 		},
 		replay: func(m *Manifest) (AppendResult, error) {
 			return sh.replayData(ctx, m, expected, newUpper, in, g)
@@ -333,7 +331,7 @@ func (sh *Shard) sameAsDurable(ctx context.Context, batches []BatchMeta, sc *gen
 		return false, err
 	}
 	defer rs.release()
-	stored, err := sh.collect(ctx, batches, sc.batch, rs, lo, hi)
+	stored, err := sh.collect(ctx, batches, sc, rs, lo, hi)
 	if err != nil {
 		return false, err
 	}
@@ -371,7 +369,7 @@ func (sh *Shard) AppendError(ctx context.Context, expectedUpper, newUpper uint64
 		return AppendResult{}, fmt.Errorf("append error to %s: the message is empty; say what went wrong: %w", sh.what(), ErrInvalid)
 	}
 	return sh.casAppend(ctx, expectedUpper, newUpper, casOps{
-		apply: func(next *Manifest, _ *BatchMeta) {
+		apply: func(next *Manifest, _ []BatchMeta) {
 			next.Errors = append(next.Errors, ErrorMeta{Time: expectedUpper, Message: msg})
 		},
 		replay: func(m *Manifest) (AppendResult, error) {
@@ -448,7 +446,7 @@ func (sh *Shard) NewGeneration(ctx context.Context, at uint64, schema *arrow.Sch
 			}
 			return AppendResult{}, false, nil
 		},
-		apply: func(next *Manifest, _ *BatchMeta) {
+		apply: func(next *Manifest, _ []BatchMeta) {
 			gs := append(slicesClone(next.gens()), GenerationMeta{Start: at, Schema: enc, Columns: columnInfos(user)})
 			next.setGens(gs)
 		},

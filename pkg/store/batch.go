@@ -67,11 +67,14 @@ type batchWriter struct {
 	buf *bufio.Writer
 	n   int64
 	crc uint32
+	// group is the CRC-32C of what was written since it was last reset.
+	group uint32
 }
 
 func (b *batchWriter) Write(p []byte) (int, error) {
 	n, err := b.buf.Write(p)
 	b.crc = crc32.Update(b.crc, castagnoli, p[:n])
+	b.group = crc32.Update(b.group, castagnoli, p[:n])
 	b.n += int64(n)
 	return n, err
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/apache/arrow/go/v17/arrow"
 )
 
 // CompactResult reports what a compaction of one shard did.
@@ -39,7 +42,7 @@ type CompactResult struct {
 type mergeGroup struct {
 	files []string
 	in    []BatchMeta
-	out   *BatchMeta
+	out   []BatchMeta
 }
 
 // planMerges picks runs of consecutive batches to merge, size-tiered:
@@ -117,17 +120,21 @@ func (sh *Shard) Compact(ctx context.Context) (CompactResult, error) {
 	}
 	cleanup := func() {
 		for _, g := range groups {
-			if g.out != nil {
-				sh.st.fs.Remove(filepath.Join(sh.dir, g.out.File))
+			for _, b := range g.out {
+				sh.st.fs.Remove(filepath.Join(sh.dir, b.File))
 			}
 		}
 	}
 	for _, r := range ranges {
 		in := m.Batches[r[0]:r[1]]
-		var out *BatchMeta
+		var out []BatchMeta
 		var before int64
 		if sh.kind == kindRemap {
-			out, before, err = sh.mergeRemap(ctx, in, since)
+			var o *BatchMeta
+			o, before, err = sh.mergeRemap(ctx, in, since)
+			if o != nil {
+				out = []BatchMeta{*o}
+			}
 		} else {
 			g := gs[genAt(gs, in[0].Generation)]
 			out, before, err = sh.mergeData(ctx, in, since, g)
@@ -142,8 +149,8 @@ func (sh *Shard) Compact(ctx context.Context) (CompactResult, error) {
 		}
 		groups = append(groups, g)
 		res.RowsBefore += before
-		if out != nil {
-			res.RowsAfter += out.Rows
+		for _, b := range out {
+			res.RowsAfter += b.Rows
 		}
 	}
 	if len(groups) > 0 || since != m.Since || genIndex(m.gens(), since) > 0 {
@@ -173,9 +180,7 @@ func (sh *Shard) Compact(ctx context.Context) (CompactResult, error) {
 			res.Committed, res.Since, res.DroppedGenerations = true, next.Since, dropped
 			for _, g := range groups {
 				res.Merged += len(g.files)
-				if g.out != nil {
-					res.Written++
-				}
+				res.Written += len(g.out)
 			}
 			break
 		}
@@ -199,8 +204,20 @@ func planGenerations(bs []BatchMeta, from uint64) [][2]int {
 			j++
 		}
 		if bs[i].Generation >= from {
-			for _, r := range planMerges(bs[i:j]) {
-				out = append(out, [2]int{i + r[0], i + r[1]})
+			// Plan over runs (a head file and its continuations), then
+			// map the runs back to batch indexes.
+			var heads []int
+			var sizes []BatchMeta
+			for k := i; k < j; k++ {
+				if !bs[k].Cont {
+					heads = append(heads, k)
+					sizes = append(sizes, BatchMeta{})
+				}
+				sizes[len(sizes)-1].Rows += bs[k].Rows
+			}
+			heads = append(heads, j)
+			for _, r := range planMerges(sizes) {
+				out = append(out, [2]int{heads[r[0]], heads[r[1]]})
 			}
 		}
 		i = j
@@ -238,11 +255,7 @@ func applyGroups(base *Manifest, groups []mergeGroup, since uint64) (next *Manif
 				return nil, 0, false
 			}
 		}
-		var repl []BatchMeta
-		if g.out != nil {
-			repl = []BatchMeta{*g.out}
-		}
-		bs = append(append(append([]BatchMeta(nil), bs[:at]...), repl...), bs[at+len(g.files):]...)
+		bs = append(append(append([]BatchMeta(nil), bs[:at]...), g.out...), bs[at+len(g.files):]...)
 	}
 	if gens := next.gens(); genIndex(gens, since) > 0 {
 		k := genIndex(gens, since)
@@ -262,50 +275,48 @@ func applyGroups(base *Manifest, groups []mergeGroup, since uint64) (next *Manif
 	return next, dropped, true
 }
 
-// mergeData merges data batches of generation g into one: times below
-// since advance to since, then everything is sorted by (row, time) and
-// consolidated. The result is nil when everything cancels.
-func (sh *Shard) mergeData(ctx context.Context, in []BatchMeta, since uint64, g gen) (*BatchMeta, int64, error) {
-	rs, err := newRunSet(g.sc.user.Fields())
-	if err != nil {
-		return nil, 0, err
-	}
-	defer rs.release()
-	var es []ent
+// mergeData merges the runs of data batches in (of generation g) into
+// one run of bounded files: times below since advance to since, and the
+// runs, each sorted by (row, time), are merged a row group of each at a
+// time and consolidated (mergeRuns), so memory holds a window of each
+// run, not the runs. The result is nil when everything cancels.
+func (sh *Shard) mergeData(ctx context.Context, in []BatchMeta, since uint64, g gen) ([]BatchMeta, int64, error) {
 	var before int64
 	lower, upper := in[0].Lower, uint64(0)
 	for _, b := range in {
 		upper = max(upper, b.Upper)
-		recs, err := sh.loadBatch(ctx, b, g.sc.batch)
-		if err != nil {
-			return nil, 0, err
-		}
-		for _, rec := range recs {
-			run := rs.add(rec)
-			rec.Release()
-			before += rec.NumRows()
-			es = append(es, rs.ents(run, 0, ^uint64(0))...)
+		before += b.Rows
+		if b.Lower < since {
+			// Advanced times are since, so the run reaches since+1.
+			upper = max(upper, since+1)
 		}
 	}
-	for i := range es {
-		if es[i].time < since {
-			es[i].time = since
-		}
-		upper = max(upper, es[i].time+1)
-	}
-	rs.sortRowTime(es)
-	es = rs.consolidateRowTime(es)
-	if len(es) == 0 {
-		return nil, before, nil
-	}
-	rec := rs.build(g.sc.batch, es, true)
-	defer rec.Release()
-	meta, err := sh.writeBatch(ctx, lower, upper, rec)
+	srcs, closeAll, err := sh.openSources(ctx, g, in, 0, math.MaxUint64)
 	if err != nil {
 		return nil, 0, err
 	}
-	meta.Generation = g.start
-	return &meta, before, nil
+	defer closeAll()
+	recs, stop, wait := mergeAsync(ctx, g.sc.user.Fields(), srcs, mergeOpts{hi: math.MaxUint64, advance: since}, func(rs *runSet, es []ent) arrow.Record {
+		return rs.build(g.sc.batch, es, true)
+	})
+	defer stop()
+	var merged bool
+	var mergeRes error
+	out, err := sh.writeRun(ctx, lower, upper, g.start, g.sc.batch, func() (arrow.Record, error) {
+		if merged {
+			return nil, mergeRes
+		}
+		rec, ok := <-recs
+		if !ok {
+			merged, mergeRes = true, wait()
+			return nil, mergeRes
+		}
+		return rec, nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, before, nil
 }
 
 // gc removes manifests older than the kept versions, batch files no kept

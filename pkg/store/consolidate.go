@@ -363,13 +363,19 @@ func (rs *runSet) consolidateRow(es []ent) []ent {
 // mergeRows merges lists each sorted by row and consolidated by row into
 // one, summing equal rows and dropping zeros.
 func (rs *runSet) mergeRows(lists [][]ent) []ent {
+	return rs.mergeBy(lists, rs.cmpRow)
+}
+
+// mergeBy merges lists each sorted and consolidated under cmp into one,
+// summing the diffs of updates cmp calls equal and dropping zeros.
+func (rs *runSet) mergeBy(lists [][]ent, cmp func(a, b *ent) int) []ent {
 	if len(lists) == 0 {
 		return nil
 	}
 	for len(lists) > 1 {
 		var next [][]ent
 		for i := 0; i+1 < len(lists); i += 2 {
-			next = append(next, rs.merge2(lists[i], lists[i+1]))
+			next = append(next, merge2(lists[i], lists[i+1], cmp))
 		}
 		if len(lists)%2 == 1 {
 			next = append(next, lists[len(lists)-1])
@@ -379,11 +385,11 @@ func (rs *runSet) mergeRows(lists [][]ent) []ent {
 	return lists[0]
 }
 
-func (rs *runSet) merge2(a, b []ent) []ent {
+func merge2(a, b []ent, cmp func(a, b *ent) int) []ent {
 	out := make([]ent, 0, len(a)+len(b))
 	i, j := 0, 0
 	for i < len(a) && j < len(b) {
-		c := rs.cmpRow(&a[i], &b[j])
+		c := cmp(&a[i], &b[j])
 		switch {
 		case c < 0:
 			out = append(out, a[i])

@@ -311,6 +311,42 @@ func checkAsOf(t testing.TB, ctx context.Context, sh *Shard, m *model, nuser int
 	if !equalUpds(got, want, false) {
 		t.Fatalf("read as of %d:\ngot\n%swant\n%s", at, fmtUpds(got), fmtUpds(want))
 	}
+	// The streaming reads hand over the same rows, in order, with no row
+	// in two records.
+	var streamed []upd
+	err = sh.StreamAsOf(ctx, at, func(s *arrow.Schema) error {
+		if !s.Equal(rec.Schema()) {
+			t.Fatalf("stream as of %d: schema %v, ReadAsOf's %v", at, s, rec.Schema())
+		}
+		return nil
+	}, func(r arrow.Record) error {
+		streamed = append(streamed, recordRows(t, r, nuser, false)...)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("stream as of %d: %v", at, err)
+	}
+	if !equalUpds(streamed, got, false) {
+		t.Fatalf("stream as of %d:\ngot\n%sReadAsOf\n%s", at, fmtUpds(streamed), fmtUpds(got))
+	}
+	var scanned []upd
+	begun := 0
+	err = sh.ScanAsOf(ctx, at, func() { begun++ }, func(r arrow.Record) error {
+		for _, u := range recordRows(t, r, nuser, true) {
+			if u.time > at {
+				t.Fatalf("scan as of %d: an update at %d", at, u.time)
+			}
+			u.time = 0
+			scanned = append(scanned, u)
+		}
+		return nil
+	})
+	if err != nil || begun != 1 {
+		t.Fatalf("scan as of %d: begun %d times: %v", at, begun, err)
+	}
+	if !equalUpds(scanned, got, false) {
+		t.Fatalf("scan as of %d:\ngot\n%sReadAsOf\n%s", at, fmtUpds(scanned), fmtUpds(got))
+	}
 }
 
 func checkChanges(t testing.TB, ctx context.Context, sh *Shard, m *model, nuser int, t1, t2 uint64) {

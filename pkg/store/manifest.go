@@ -94,6 +94,14 @@ type BatchMeta struct {
 	// Generation is the start of the generation the batch belongs to
 	// (whose schema its file has); 0, omitted, for the first.
 	Generation uint64 `json:"generation,omitempty"`
+	// Cont marks a file that continues the run of the entry before it
+	// (one append or merge cut into several files): the same interval and
+	// generation, and every row of it after every row of that file in
+	// (row, time) order. Omitted (false) for the first file of a run.
+	Cont bool `json:"cont,omitempty"`
+	// Groups index the file's record batches, in file order (absent for
+	// files written before the index existed, which are read whole).
+	Groups []GroupMeta `json:"groups,omitempty"`
 }
 
 // GenerationMeta is one generation of a collection: from Start on, the
@@ -185,11 +193,36 @@ func decodeManifest(b []byte) (*Manifest, error) {
 		if i > 0 && b.Lower < m.Batches[i-1].Lower {
 			return nil, fmt.Errorf("decode manifest: batches not in order of lower at %s", b.File)
 		}
+		if b.Cont && (i == 0 || m.Batches[i-1].Lower != b.Lower || m.Batches[i-1].Upper != b.Upper || m.Batches[i-1].Generation != b.Generation) {
+			return nil, fmt.Errorf("decode manifest: batch %s continues a run, but the entry before it is not of the same interval and generation", b.File)
+		}
+		if err := checkGroups(b); err != nil {
+			return nil, fmt.Errorf("decode manifest: batch %s: %w", b.File, err)
+		}
 		if strings.ContainsAny(b.File, `/\`) || b.File == "" || b.File[0] == '.' {
 			return nil, fmt.Errorf("decode manifest: bad batch file name %q", b.File)
 		}
 	}
 	return &m, nil
+}
+
+// checkGroups checks a batch's group index: groups in file order, inside
+// the file, with the batch's rows and times (pure).
+func checkGroups(b BatchMeta) error {
+	if len(b.Groups) == 0 {
+		return nil
+	}
+	var rows, at int64
+	for _, g := range b.Groups {
+		if g.Offset < at || g.Bytes <= 0 || g.Offset+g.Bytes > b.Bytes || g.Rows <= 0 || g.MinTime > g.MaxTime {
+			return fmt.Errorf("group at offset %d (%d bytes, %d rows) is out of order or outside the file of %d bytes", g.Offset, g.Bytes, g.Rows, b.Bytes)
+		}
+		at, rows = g.Offset+g.Bytes, rows+g.Rows
+	}
+	if rows != b.Rows || b.Groups[0].Offset != 0 {
+		return fmt.Errorf("the groups hold %d rows from offset %d, the batch %d rows", rows, b.Groups[0].Offset, b.Rows)
+	}
+	return nil
 }
 
 // checkGenerations checks the generations of a decoded manifest (pure).
@@ -253,7 +286,7 @@ func (m *Manifest) clone() *Manifest {
 	c := *m
 	c.Columns = slicesClone(m.Columns)
 	c.Generations = slicesClone(m.Generations)
-	c.Batches = slicesClone(m.Batches)
+	c.Batches = slicesClone(m.Batches) // groups are never modified: shared
 	c.Errors = slicesClone(m.Errors)
 	if m.LastBinding != nil {
 		lb := *m.LastBinding

@@ -16,7 +16,19 @@ import (
 // every read at every time in [since, upper), and changes over random
 // intervals, against a naive in-memory model.
 func TestPropertyAgainstModel(t *testing.T) {
-	runProperty(t, false, false)
+	runProperty(t, false, false, false)
+}
+
+// TestPropertyBoundedFiles is TestPropertyAgainstModel and
+// TestPropertyGenerations with tiny file bounds: row groups of 1-4 rows
+// and, for some seeds, a new file after every group, so that every
+// append and merge is a run of many files and groups, and reads and
+// compactions merge them a group at a time. checkAsOf compares the
+// streaming reads (StreamAsOf, ScanAsOf) with the in-memory ReadAsOf.
+func TestPropertyBoundedFiles(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { runProperty(t, false, false, true) })
+	t.Run("nested", func(t *testing.T) { runProperty(t, true, false, true) })
+	t.Run("generations", func(t *testing.T) { runProperty(t, false, true, true) })
 }
 
 // TestPropertyNestedTypes is TestPropertyAgainstModel with schemas that
@@ -24,7 +36,7 @@ func TestPropertyAgainstModel(t *testing.T) {
 // large_list<utf8> (with null lists and null elements) and
 // list<list<int64>>.
 func TestPropertyNestedTypes(t *testing.T) {
-	runProperty(t, true, false)
+	runProperty(t, true, false, false)
 }
 
 // TestPropertyGenerations is TestPropertyAgainstModel with random
@@ -34,7 +46,7 @@ func TestPropertyNestedTypes(t *testing.T) {
 // generation starts (exact across a truncate or re-snapshot, a typed
 // error across a schema change).
 func TestPropertyGenerations(t *testing.T) {
-	runProperty(t, false, true)
+	runProperty(t, false, true, false)
 }
 
 // propStep is one append of the property test, kept to replay it.
@@ -44,9 +56,16 @@ type propStep struct {
 	ups          []upd
 }
 
-func runProperty(t *testing.T, nested, gens bool) {
+func runProperty(t *testing.T, nested, gens, bounded bool) {
 	for seed := uint64(1); seed <= 12; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			bounds := func(o Options) Options {
+				if bounded {
+					o.GroupRows = 1 + int(seed%4)
+					o.FileBytes = []int64{1, 1500, 1 << 20}[seed%3]
+				}
+				return o
+			}
 			ctx := context.Background()
 			r := rand.New(rand.NewPCG(seed, 99))
 			fields := randSchema(r, nested)
@@ -57,7 +76,7 @@ func runProperty(t *testing.T, nested, gens bool) {
 			}
 			t.Logf("schema: %v", fields)
 			dir := t.TempDir()
-			s := openTest(t, dir, Options{Retain: -1})
+			s := openTest(t, dir, bounds(Options{Retain: -1}))
 			sh := createTest(t, s, "prop.t", fields)
 			m := &model{}
 			var live []upd // rows currently present, for retractions
@@ -173,7 +192,7 @@ func runProperty(t *testing.T, nested, gens bool) {
 				if compacted {
 					// Compact through a second handle with a random retention.
 					retain := time.Duration(r.IntN(int(upper)+2)) * time.Millisecond
-					cs := openTest(t, dir, Options{Retain: retain, Grace: time.Nanosecond})
+					cs := openTest(t, dir, bounds(Options{Retain: retain, Grace: time.Nanosecond}))
 					csh, err := cs.Shard(ctx, "prop.t")
 					if err != nil {
 						t.Fatal(err)
@@ -218,7 +237,7 @@ func runProperty(t *testing.T, nested, gens bool) {
 			}
 			// A last compaction (keeping all history) bounds the batches
 			// whatever the random compactions left.
-			if _, err := openTest(t, dir, Options{Retain: -1}).Compact(ctx); err != nil {
+			if _, err := openTest(t, dir, bounds(Options{Retain: -1})).Compact(ctx); err != nil {
 				t.Fatalf("final compact: %v", err)
 			}
 			if err := sh.Refresh(ctx); err != nil {
@@ -245,8 +264,9 @@ func runProperty(t *testing.T, nested, gens bool) {
 			if fmt.Sprint(got) != fmt.Sprint(kept) {
 				t.Errorf("generations %v after compactions to since %d, want %v", got, info.Since, kept)
 			}
-			if len(info.Batches) > 12+2*len(info.Generations) {
-				t.Errorf("%d batches after compactions; size-tiered merging should keep few", len(info.Batches))
+			// Runs, not files: a run may be cut into many files.
+			if n := runCount(t, sh); n > 12+2*len(info.Generations) {
+				t.Errorf("%d runs after compactions; size-tiered merging should keep few", n)
 			}
 		})
 	}

@@ -90,7 +90,7 @@ func (sh *Shard) appendBindings(ctx context.Context, expected, newUpper uint64, 
 			}
 			return nil
 		},
-		write: func() (*BatchMeta, error) {
+		write: func() ([]BatchMeta, error) {
 			if len(bs) == 0 {
 				return nil, nil
 			}
@@ -100,11 +100,11 @@ func (sh *Shard) appendBindings(ctx context.Context, expected, newUpper uint64, 
 			if err != nil {
 				return nil, fmt.Errorf("append bindings of %s: %w", sh.what(), err)
 			}
-			return &meta, nil
+			return []BatchMeta{meta}, nil
 		},
-		apply: func(next *Manifest, batch *BatchMeta) {
-			if batch != nil {
-				next.Batches = append(next.Batches, *batch)
+		apply: func(next *Manifest, batch []BatchMeta) {
+			if len(batch) > 0 {
+				next.Batches = append(next.Batches, batch...)
 				last := bs[len(bs)-1]
 				next.LastBinding = &BindingJSON{Time: last.Time, Frontier: last.Frontier}
 				next.Domain = last.Frontier.Domain()

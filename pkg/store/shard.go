@@ -46,6 +46,17 @@ type genSchemas struct {
 	batch *arrow.Schema
 	// read is the user columns and _diff: ReadAsOf.
 	read *arrow.Schema
+
+	headOnce sync.Once
+	head     []byte
+	headErr  error
+}
+
+// ipcHead returns the IPC stream form of the batch schema's message, to
+// decode a row group with (schemaHead).
+func (sc *genSchemas) ipcHead() ([]byte, error) {
+	sc.headOnce.Do(func() { sc.head, sc.headErr = schemaHead(sc.batch) })
+	return sc.head, sc.headErr
 }
 
 // gen is a generation of a manifest with its schemas: it is in force at
@@ -610,66 +621,6 @@ func (sh *Shard) ReadAsOf(ctx context.Context, t uint64) (arrow.Record, error) {
 	return out, nil
 }
 
-// ScanAsOf hands the updates at times <= t of the generation in force at
-// t to add, one batch at a time (that generation's user columns, _time
-// and _diff; consolidated within a batch, not across batches), so that a
-// caller can fold the contents as of t into its own structure holding no
-// more than one batch. Summed, the updates are ReadAsOf(t). If a
-// compaction replaces a batch file during the scan, the scan starts over
-// on the new manifest; begin is called before each pass, and the caller
-// drops what it gathered. t must be in [Since, Upper).
-func (sh *Shard) ScanAsOf(ctx context.Context, t uint64, begin func(), add func(rec arrow.Record) error) error {
-	if sh.kind != kindData {
-		return fmt.Errorf("scan %s: a remap shard holds bindings; use Bindings: %w", sh.what(), ErrInvalid)
-	}
-	return sh.readRetry(ctx, func(m *Manifest) error {
-		g, err := sh.readableAt(m, "read", t)
-		if err != nil {
-			return err
-		}
-		begin()
-		for _, b := range g.batches(m) {
-			if b.Lower > t {
-				continue
-			}
-			recs, err := sh.loadBatch(ctx, b, g.sc.batch)
-			if err != nil {
-				return fmt.Errorf("scan %s as of %d: %w", sh.what(), t, err)
-			}
-			for i, rec := range recs {
-				if b.Upper > t+1 {
-					rest, ferr := sh.filterTo(rec, t, g.sc)
-					rec.Release()
-					rec, err = rest, ferr
-				}
-				if rec != nil {
-					err = add(rec)
-					rec.Release()
-				}
-				if err != nil {
-					runs(recs[i+1:]).release()
-					return err
-				}
-			}
-		}
-		return nil
-	})
-}
-
-// filterTo returns the rows of rec with _time <= t (nil when none).
-func (sh *Shard) filterTo(rec arrow.Record, t uint64, sc *genSchemas) (arrow.Record, error) {
-	rs, err := newRunSet(sc.user.Fields())
-	if err != nil {
-		return nil, fmt.Errorf("scan %s: %w", sh.what(), err)
-	}
-	defer rs.release()
-	es := rs.ents(rs.add(rec), 0, t+1)
-	if len(es) == 0 {
-		return nil, nil
-	}
-	return rs.build(sc.batch, es, true), nil
-}
-
 // Changes returns the consolidated updates at times in (t1, t2]: the user
 // columns plus _time and _diff, consolidated per (row, time) and sorted by
 // time then row. It needs Since <= t1 <= t2 < Upper; to get everything up
@@ -725,7 +676,7 @@ func (sh *Shard) Changes(ctx context.Context, t1, t2 uint64) (arrow.Record, erro
 				// The implicit retraction at g.start of what the previous
 				// generation holds as of g.start-1: all its updates.
 				prev := gs[k-1]
-				old, err := sh.gather(ctx, prev.batches(m), prev.sc.batch, rs, 0, g.start)
+				old, err := sh.gather(ctx, prev.batches(m), prev.sc, rs, 0, g.start)
 				if err != nil {
 					return fmt.Errorf("changes of %s: %w", sh.what(), err)
 				}
@@ -735,7 +686,7 @@ func (sh *Shard) Changes(ctx context.Context, t1, t2 uint64) (arrow.Record, erro
 					es = append(es, e)
 				}
 			}
-			got, err := sh.gather(ctx, g.batches(m), g.sc.batch, rs, max(t1+1, g.start), min(t2+1, g.end))
+			got, err := sh.gather(ctx, g.batches(m), g.sc, rs, max(t1+1, g.start), min(t2+1, g.end))
 			if err != nil {
 				return fmt.Errorf("changes of %s: %w", sh.what(), err)
 			}
@@ -760,8 +711,8 @@ func sameSchema(a, b *arrow.Schema) bool {
 // collect loads the updates of batches (files of schema want) at times in
 // [lo, hi) into rs and returns them sorted by (time, row) and
 // consolidated.
-func (sh *Shard) collect(ctx context.Context, batches []BatchMeta, want *arrow.Schema, rs *runSet, lo, hi uint64) ([]ent, error) {
-	es, err := sh.gather(ctx, batches, want, rs, lo, hi)
+func (sh *Shard) collect(ctx context.Context, batches []BatchMeta, sc *genSchemas, rs *runSet, lo, hi uint64) ([]ent, error) {
+	es, err := sh.gather(ctx, batches, sc, rs, lo, hi)
 	if err != nil {
 		return nil, err
 	}
@@ -769,19 +720,32 @@ func (sh *Shard) collect(ctx context.Context, batches []BatchMeta, want *arrow.S
 	return rs.consolidateRowTime(es), nil
 }
 
-// gather loads the updates of batches (files of schema want) at times in
-// [lo, hi) into rs and returns them, in no particular order.
-func (sh *Shard) gather(ctx context.Context, batches []BatchMeta, want *arrow.Schema, rs *runSet, lo, hi uint64) ([]ent, error) {
+// gather loads the updates of batches (of the generation with schemas
+// sc) at times in [lo, hi) into rs and returns them, in no particular
+// order. Row groups whose time range misses [lo, hi) are not read.
+func (sh *Shard) gather(ctx context.Context, batches []BatchMeta, sc *genSchemas, rs *runSet, lo, hi uint64) ([]ent, error) {
+	head, err := sc.ipcHead()
+	if err != nil {
+		return nil, err
+	}
 	var es []ent
 	for _, b := range batches {
 		if b.Lower >= hi || b.Upper <= lo {
 			continue
 		}
-		recs, err := sh.loadBatch(ctx, b, want)
+		r, err := sh.openRun(ctx, []BatchMeta{b}, sc.batch, head, lo, hi)
 		if err != nil {
 			return nil, err
 		}
-		for _, rec := range recs {
+		for {
+			rec, err := r.next()
+			if err != nil || rec == nil {
+				r.close()
+				if err != nil {
+					return nil, err
+				}
+				break
+			}
 			run := rs.add(rec)
 			rec.Release()
 			es = append(es, rs.ents(run, lo, hi)...)

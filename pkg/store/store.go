@@ -13,7 +13,13 @@
 // each version; the other gets an *UpperMismatchError.
 //
 // A collection's contents at time t are all updates with time <= t,
-// consolidated. Reads are exact at every t in [since, upper): compaction
+// consolidated. An append or a merge writes one sorted run, cut into
+// files of bounded size (Options.FileBytes) of row groups of bounded rows
+// (Options.GroupRows) indexed in the manifest, and StreamAsOf, ScanAsOf
+// and compaction merge runs a group of each at a time, so their memory
+// does not grow with the collection.
+//
+// Reads are exact at every t in [since, upper): compaction
 // merges batches, advances times below since to since and consolidates, and
 // never changes such a read.
 //
@@ -66,6 +72,14 @@ type Options struct {
 	Grace time.Duration
 	// Now is the clock used for file ages; nil means time.Now.
 	Now func() time.Time
+	// FileBytes is the size at which appends and compaction cut a data
+	// run into its next batch file; zero means DefaultFileBytes. A file
+	// ends after the row group that reaches it.
+	FileBytes int64
+	// GroupRows is the most rows of one row group (Arrow record batch) of
+	// a data batch file; zero means DefaultGroupRows. Readers load one
+	// group of each file at a time.
+	GroupRows int
 	// MustExist makes Open fail with ErrNoStore instead of creating a new
 	// store (readers use it, so a typo does not create an empty store).
 	MustExist bool

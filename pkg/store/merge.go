@@ -1,0 +1,221 @@
+package store
+
+import (
+	"context"
+	"sort"
+
+	"github.com/apache/arrow/go/v17/arrow"
+)
+
+// mergeSrc is one input of a merge: a sorted run, pulled a group at a time.
+type mergeSrc struct {
+	next func() (arrow.Record, error)
+	// pend holds the rows not merged yet, in order.
+	pend []arrow.Record
+	done bool
+}
+
+func (s *mergeSrc) load() error {
+	for !s.done {
+		rec, err := s.next()
+		if err != nil {
+			return err
+		}
+		if rec == nil {
+			s.done = true
+			return nil
+		}
+		if rec.NumRows() == 0 {
+			rec.Release()
+			continue
+		}
+		s.pend = append(s.pend, rec)
+		return nil
+	}
+	return nil
+}
+
+// mergeOpts say what a merge takes and how it consolidates.
+type mergeOpts struct {
+	// lo and hi select the updates with lo <= _time < hi (before advance).
+	lo, hi uint64
+	// advance: times below it become it (compaction's since); 0: none.
+	advance uint64
+	// perRow consolidates per row over all times (a read as of a time;
+	// the first time of a row is kept); otherwise per (row, time).
+	perRow bool
+}
+
+// mergeRuns merges sorted runs (each yields records of the user fields,
+// then _time and _diff, sorted by (row, time); consolidated or not) into
+// one consolidated stream in (row, time) order, handed to emit in windows:
+// each call gets the updates of a range of rows that no later call holds,
+// as entries of rs (valid during the call only). Memory is bounded by the
+// groups the runs are pulled in: a window holds at most the current group
+// of each run (more only while one row spans several groups of a run).
+//
+// Each window ends just before the smallest last row of the runs' current
+// groups (the bound): every run's later rows are at or after it.
+func mergeRuns(user []arrow.Field, srcs []*mergeSrc, o mergeOpts, emit func(rs *runSet, es []ent) error) error {
+	defer func() {
+		for _, s := range srcs {
+			runs(s.pend).release()
+			s.pend = nil
+		}
+	}()
+	for _, s := range srcs {
+		if err := s.load(); err != nil {
+			return err
+		}
+	}
+	for {
+		rs, err := newRunSet(user)
+		if err != nil {
+			return err
+		}
+		// Runs of the pending records, per source, and the bound.
+		runIdx := make([][]int, len(srcs))
+		boundSrc, boundRun, boundRow := -1, -1, -1
+		any := false
+		for si, s := range srcs {
+			for _, rec := range s.pend {
+				runIdx[si] = append(runIdx[si], rs.add(rec))
+				any = true
+			}
+			if s.done || len(s.pend) == 0 {
+				continue
+			}
+			r := runIdx[si][len(runIdx[si])-1]
+			n := int(s.pend[len(s.pend)-1].NumRows()) - 1
+			if boundSrc < 0 || rs.cmpRowsAt(r, n, boundRun, boundRow) < 0 {
+				boundSrc, boundRun, boundRow = si, r, n
+			}
+		}
+		if !any {
+			rs.release()
+			return nil
+		}
+		// Each source's updates below the bound, in (row, time) order.
+		lists := make([][]ent, 0, len(srcs))
+		for si, s := range srcs {
+			var es []ent
+			var rest []arrow.Record
+			for k, rec := range s.pend {
+				r, n := runIdx[si][k], int(rec.NumRows())
+				cut := n
+				if boundSrc >= 0 {
+					cut = sort.Search(n, func(i int) bool { return rs.cmpRowsAt(r, i, boundRun, boundRow) >= 0 })
+				}
+				if cut > 0 {
+					part := rec
+					if cut < n {
+						part = rec.NewSlice(0, int64(cut))
+					}
+					pr := rs.add(part)
+					if cut < n {
+						part.Release()
+					}
+					es = append(es, rs.ents(pr, o.lo, o.hi)...)
+				}
+				if cut < n {
+					tail := rec
+					if cut > 0 {
+						tail = rec.NewSlice(int64(cut), int64(n))
+					} else {
+						tail.Retain()
+					}
+					rest = append(rest, tail)
+				}
+			}
+			runs(s.pend).release()
+			s.pend = rest
+			if o.advance > 0 {
+				// Monotone, so the list stays in (row, time) order.
+				for i := range es {
+					es[i].time = max(es[i].time, o.advance)
+				}
+			}
+			if o.perRow {
+				es = rs.consolidateRow(es)
+			} else {
+				es = rs.consolidateRowTime(es)
+			}
+			if len(es) > 0 {
+				lists = append(lists, es)
+			}
+		}
+		var es []ent
+		if o.perRow {
+			es = rs.mergeRows(lists)
+		} else {
+			es = rs.mergeBy(lists, rs.cmpRowTime)
+		}
+		if len(es) > 0 {
+			err = emit(rs, es)
+		}
+		rs.release()
+		if err != nil {
+			return err
+		}
+		for _, s := range srcs {
+			if len(s.pend) == 0 {
+				if err := s.load(); err != nil {
+					return err
+				}
+			}
+		}
+		if boundSrc >= 0 {
+			// Its rest is the bound row only: the next group decides.
+			if err := srcs[boundSrc].load(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// cmpRowsAt compares the rows (not times) of row i of run a and row j of
+// run b.
+func (rs *runSet) cmpRowsAt(a, i, b, j int) int {
+	x := ent{run: uint32(a), row: uint32(i)}
+	y := ent{run: uint32(b), row: uint32(j)}
+	return rs.cmpCols(&x, &y, 0)
+}
+
+// mergeAsync runs mergeRuns in its own goroutine, so that merging and the
+// consumer of its output (rendering, writing files) overlap: build turns
+// each window into a record, handed over on the channel (at most two
+// windows in flight). The consumer reads the channel to its end, or calls
+// stop; wait returns the merge's error once the channel is closed.
+func mergeAsync(ctx context.Context, user []arrow.Field, srcs []*mergeSrc, o mergeOpts, build func(rs *runSet, es []ent) arrow.Record) (recs <-chan arrow.Record, stop func(), wait func() error) {
+	ctx, cancel := context.WithCancel(ctx)
+	ch := make(chan arrow.Record, 1)
+	done := make(chan struct{})
+	var err error
+	go func() {
+		defer close(done)
+		defer close(ch)
+		err = mergeRuns(user, srcs, o, func(rs *runSet, es []ent) error {
+			rec := build(rs, es)
+			select {
+			case ch <- rec:
+				return nil
+			case <-ctx.Done():
+				rec.Release()
+				return ctx.Err()
+			}
+		})
+	}()
+	stop = func() {
+		cancel()
+		for rec := range ch {
+			rec.Release()
+		}
+		<-done
+	}
+	wait = func() error {
+		<-done
+		cancel()
+		return err
+	}
+	return ch, stop, wait
+}

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# make bench-scale: time and peak RSS of rtrctl's whole-collection commands
+# at growing sizes, beside psql COPY in the same run, against a throwaway
+# PostgreSQL 15 (the one `make test` uses). Not part of `make test`.
+#
+#   make bench-scale                       # 1M and 10M rows
+#   make bench-scale BENCH_ROWS=3000000    # 1M and 3M rows
+#   SIZES="100000" scripts/bench-scale.sh  # any list of sizes
+#
+# Prints Markdown (docs/benchmarks.md, "Bounded memory at scale"); raw
+# /usr/bin/time output goes to bench-results/scale-*.txt.
+set -euo pipefail
+shopt -s inherit_errexit
+cd "$(dirname "$0")/.."
+RTRCTL=${RTRCTL:-bin/rtrctl}
+ROWS=${BENCH_ROWS:-10000000}
+SIZES=${SIZES:-"1000000 $ROWS"}
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+for tool in "$PG_BIN/psql" /usr/bin/time "$RTRCTL"; do
+	[ -x "$tool" ] || { echo "bench-scale.sh: $tool is missing (Debian packages postgresql-15 and time; make build)" >&2; exit 1; }
+done
+out=bench-results
+mkdir -p "$out"
+work=$(mktemp -d /tmp/rtr-bench-scale.XXXXXX)
+services="$work/services"
+ingest_pid=
+cleanup() {
+	[ -n "$ingest_pid" ] && kill -INT "$ingest_pid" 2>/dev/null && wait "$ingest_pid" 2>/dev/null
+	go run ./internal/testenv/cmd/rtr-services down "$services" >/dev/null 2>&1 || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+log="$out/scale.log"
+: > "$log"
+go build -o "$work/benchscale" ./scripts/benchscale
+go run ./internal/testenv/cmd/rtr-services up "$services" > /dev/null 2>> "$log"
+# shellcheck disable=SC1091
+source "$services/env"
+psql() { "$PG_BIN/psql" "$@"; }
+psql "$RTR_TEST_PG_DSN" -Xq -c "CREATE DATABASE bench_scale"
+# The same server, database bench_scale (the DSN, password included, is never printed).
+DSN=$(printf '%s' "$RTR_TEST_PG_DSN" | sed 's#/[^/?]*?#/bench_scale?#')
+sql() { psql "$DSN" -Xq -v ON_ERROR_STOP=1 "$@" >> "$log"; }
+lsn() { psql "$DSN" -XAtc "SELECT pg_current_wal_insert_lsn()"; }
+lsn2int() { echo $(( (16#${1%/*} << 32) + 16#${1#*/} )); }
+now() { date +%s.%N; }
+cols="id bigint PRIMARY KEY, n int NOT NULL, name text, price float8, at timestamptz, ok bool"
+rows() { echo "SELECT i, i % 1000, 'name number ' || i, i * 0.25, '2024-01-01'::timestamptz + i * interval '1 second', i % 2 = 0 FROM generate_series($1, $2) i"; }
+
+# measure NAME CMD...: runs CMD (stdout to /dev/null) under /usr/bin/time
+# and appends "NAME seconds peak-KiB" to $work/m.txt.
+measure() {
+	local name=$1
+	shift
+	/usr/bin/time -f '%e %M' -o "$work/time.txt" "$@" > /dev/null 2>> "$log"
+	echo "$name $(cat "$work/time.txt")" | tee -a "$out/scale-$N.txt" >> "$work/m.txt"
+}
+ingest() { "$RTRCTL" --log-level warn ingest --source pg --dsn "$DSN" --publication "pub$N" --slot "slot$N" --store "$work/st$N" 2>> "$log" & ingest_pid=$!; }
+# wait_ingested U: until the store holds public.t$N complete below LSN U.
+wait_ingested() {
+	local want got deadline=$(( $(date +%s) + 3600 ))
+	want=$(lsn2int "$1")
+	while :; do
+		# (no store yet until the ingest made it)
+		got=$({ "$RTRCTL" status "$work/st$N" 2>/dev/null || true; } | awk -v c="public.t$N" '$1 == c && $4 ~ /\// { print $4 }')
+		[ -n "$got" ] && [ "$(lsn2int "$got")" -ge "$want" ] && return 0
+		kill -0 "$ingest_pid" 2>/dev/null || { echo "rtrctl ingest exited; see $log" >&2; return 1; }
+		[ "$(date +%s)" -lt "$deadline" ] || { echo "rtrctl ingest did not reach $1" >&2; return 1; }
+		sleep 0.2
+	done
+}
+stop_ingest() {
+	kill -INT "$ingest_pid"
+	wait "$ingest_pid" || { echo "rtrctl ingest exited with status $? after SIGINT; see $log" >&2; return 1; }
+	ingest_pid=
+}
+upper_of() { "$RTRCTL" store inspect "$1" | awk -v c="$2" '$1 == c { print $4 }'; }
+
+echo "## Bounded memory at scale: (bigint, int, text, float8, timestamptz, bool)"
+echo
+echo "- $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'); $(free -g | awk '/Mem:/ {print $2}') GiB; $(go version | cut -d' ' -f3)"
+echo "- $(date -u +%Y-%m-%dT%H:%MZ); load average at start: $(cut -d' ' -f1-3 /proc/loadavg); PostgreSQL 15 on the same machine"
+echo
+for N in $SIZES; do
+	: > "$work/m.txt"
+	: > "$out/scale-$N.txt"
+	sql -c "CREATE TABLE t$N ($cols)" -c "INSERT INTO t$N $(rows 1 "$N")" -c "VACUUM ANALYZE t$N" -c "CREATE PUBLICATION pub$N FOR TABLE t$N"
+	psql "$DSN" -Xqc "COPY t$N TO STDOUT (FORMAT csv)" > /dev/null # warm up
+	measure "psql-copy-csv" "$PG_BIN/psql" "$DSN" -Xqc "COPY t$N TO STDOUT (FORMAT csv)"
+	measure "psql-copy-binary" "$PG_BIN/psql" "$DSN" -Xqc "COPY t$N TO STDOUT (FORMAT binary)"
+	# Ingest: the initial snapshot, until the store holds it.
+	L=$(lsn)
+	s=$(now); ingest; wait_ingested "$L"; e=$(now)
+	rss=$(awk '/^VmHWM:/ { print $2 }' "/proc/$ingest_pid/status")
+	stop_ingest
+	echo "ingest-snapshot $(awk -v s="$s" -v e="$e" 'BEGIN { printf "%.2f", e - s }') $rss" | tee -a "$out/scale-$N.txt" >> "$work/m.txt"
+	old=$(( $(upper_of "$work/st$N" "public.t$N") - 1 ))
+	# History: 1% of the rows updated, so that an old time differs.
+	sql -c "UPDATE t$N SET n = n + 1 WHERE id % 100 = 0"
+	L=$(lsn); ingest; wait_ingested "$L"; stop_ingest
+	measure "read-csv" "$RTRCTL" read "$work/st$N" "public.t$N" --format csv
+	measure "read-arrow" "$RTRCTL" read "$work/st$N" "public.t$N" --format arrow
+	measure "read-as-of-old-csv" "$RTRCTL" read "$work/st$N" "public.t$N" --format csv --as-of "$old"
+	# Compaction of two runs of N rows each: the collection as of the old
+	# time, then as of now, appended to a new store, merged with since
+	# advanced to the upper (so every row's two copies consolidate).
+	latest=$(( $(upper_of "$work/st$N" "public.t$N") - 1 ))
+	"$RTRCTL" read "$work/st$N" "public.t$N" --format arrow --as-of "$old" | "$work/benchscale" close "public.t$N" $((old + 1)) > "$work/a.arrow"
+	"$RTRCTL" read "$work/st$N" "public.t$N" --format arrow | "$work/benchscale" close "public.t$N" $((latest + 1)) > "$work/b.arrow"
+	"$RTRCTL" --log-level warn store append "$work/cp$N" < "$work/a.arrow" 2>> "$log"
+	"$RTRCTL" --log-level warn store append "$work/cp$N" < "$work/b.arrow" 2>> "$log"
+	rm -f "$work/a.arrow" "$work/b.arrow"
+	measure "store-compact-2x$N" "$RTRCTL" --log-level warn store compact "$work/cp$N" --retain 1ms
+	"$RTRCTL" store inspect "$work/cp$N" >> "$out/scale-$N.txt"
+	rm -rf "$work/cp$N"
+	sql -c "SELECT pg_drop_replication_slot('slot$N')" -c "DROP PUBLICATION pub$N" -c "DROP TABLE t$N"
+	rm -rf "$work/st$N"
+	csv=$(awk '$1 == "psql-copy-csv" { print $2 }' "$work/m.txt")
+	echo "### $N rows"
+	echo
+	echo "| command | seconds | rows/s | time vs psql COPY csv | peak RSS |"
+	echo "| --- | --- | --- | --- | --- |"
+	while read -r name secs kib; do
+		n=$N
+		[ "$name" = "store-compact-2x$N" ] && n=$((2 * N))
+		awk -v name="$name" -v s="$secs" -v k="$kib" -v n="$n" -v c="$csv" 'BEGIN {
+			printf "| %s | %.2f | %.0f | %.2fx | %.0f MiB |\n", name, s, n / s, s / c, k / 1024 }'
+	done < "$work/m.txt"
+	echo
+done
+echo "(psql-copy-*: \`psql -c \"COPY t TO STDOUT (FORMAT csv|binary)\" > /dev/null\`; read-*: \`rtrctl read STORE public.t --format csv|arrow [--as-of OLD] > /dev/null\`, OLD the time of the initial snapshot, before 1% of the rows were updated; ingest-snapshot: \`rtrctl ingest\` from start until \`rtrctl status\` shows the snapshot complete (VmHWM); store-compact-2xN: \`rtrctl store compact --retain 1ms\` of two runs of N rows each (rows/s counts the 2N input rows). Peak RSS from \`/usr/bin/time -f %M\`. Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg).)"
