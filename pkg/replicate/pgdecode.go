@@ -382,7 +382,16 @@ func (d *decoder) relation(ctx context.Context, m *pglogrepl.RelationMessage) er
 	d.rels[m.RelationID] = r
 	if old == nil && !taken && d.expect != nil {
 		if exp := d.expect(name); exp != nil {
-			if diff := arrowutil.FieldsChange(exp.Fields(), t.Fields()); diff != "" {
+			diff := arrowutil.FieldsChange(exp.Fields(), t.Fields())
+			if diff == "" {
+				// The columns the store has. A Relation message does not say
+				// which are NOT NULL: when the catalog has changed since the
+				// message's WAL (a type changed while the stream was behind),
+				// t comes from the message alone, and the store knows better.
+				t = withNullability(t, exp)
+				r.table = t
+			}
+			if diff != "" {
 				change := fmt.Sprintf("the columns of %s changed while it was not followed (%s)", name, diff)
 				if ident == "full" {
 					if taken, err = d.takeOver(t, change); err != nil {
@@ -642,4 +651,22 @@ func describeTuple(r *relation, tuple *pglogrepl.TupleData) string {
 		vals[i] = []byte("(unchanged)")
 	}
 	return pgarrow.DescribeRow(r.table, r.key, vals, nulls)
+}
+
+// withNullability is t with the NOT NULL of each column taken from the
+// same column of schema (their columns match by name and type).
+func withNullability(t *pgarrow.Table, schema *arrow.Schema) *pgarrow.Table {
+	same := true
+	for i, c := range t.Columns {
+		same = same && c.NotNull == !schema.Field(i).Nullable
+	}
+	if same {
+		return t
+	}
+	tt := *t
+	tt.Columns = slices.Clone(t.Columns)
+	for i := range tt.Columns {
+		tt.Columns[i].NotNull = !schema.Field(i).Nullable
+	}
+	return &tt
 }
