@@ -259,3 +259,45 @@ func TestIngestTablesAddedAndRemoved(t *testing.T) {
 		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.Stderr())
 	}
 }
+
+// TestIngestTypeChangesUnderLoad is TestMySQLIngestTypeChangesUnderLoad
+// for PostgreSQL: under bank transfers over both tables, a column type
+// change made while the ingest runs, one followed at once by a SIGKILL,
+// and one made while the ingest is stopped are each a re-snapshot at the
+// change: every binding time reads exactly the upstream after the
+// transactions it covers (a transaction over both tables is whole across
+// each change), and the other table keeps flowing.
+func TestIngestTypeChangesUnderLoad(t *testing.T) {
+	fx, db := newPGBank(t)
+	const source = "pgload"
+	lay := fx.Layout(source)
+	log := ingesttest.NewLog(ingesttest.InitialState(lay.Collections()))
+	dir, args, p := startCaughtUp(t, fx, source)
+	w := ingesttest.StartWriter(t, fx, log, ingesttest.WriterOptions{Pause: 3 * time.Millisecond})
+	waitLog(log, 20)
+	execAll(t, db.conn, "ALTER TABLE acc_a ALTER COLUMN id TYPE bigint")
+	ingesttest.WaitStderr(t, p, "re-snapshot done")
+	waitLog(log, 20)
+	// A SIGKILL right after the next change: its re-snapshot may or may
+	// not have started.
+	execAll(t, db.conn, "ALTER TABLE acc_b ALTER COLUMN balance TYPE numeric(20,0)")
+	waitLog(log, 5)
+	p.Kill(t)
+	waitLog(log, 20)
+	p = runBin(t, nil, args...)
+	waitLog(log, 20)
+	if code := p.Stop(t); code != 0 {
+		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.Stderr())
+	}
+	// While stopped: rows in the old column type before the change, then
+	// in the new one.
+	waitLog(log, 20)
+	execAll(t, db.conn, "ALTER TABLE acc_a ALTER COLUMN id TYPE int")
+	waitLog(log, 20)
+	p = runBin(t, nil, args...)
+	waitLog(log, 20)
+	haltExact(t, w, p, dir, source, lay, log)
+	if n := strings.Count(p.Stderr(), "re-snapshot done"); n == 0 {
+		t.Errorf("no re-snapshot after the change made while stopped:\n%s", p.Stderr())
+	}
+}

@@ -329,7 +329,7 @@ func (s *mySink) finish(j *myResnap) error {
 	}
 	var copied, rewound int64
 	for _, rec := range j.rows {
-		if err := retimedTo(s.Sink, j.coll, rec, nil, j.at, false); err != nil {
+		if err := retimedTo(s.Sink, j.coll, rec, j.at, false); err != nil {
 			return err
 		}
 		copied += rec.NumRows()
@@ -346,7 +346,7 @@ func (s *mySink) finish(j *myResnap) error {
 				below = append(below, i)
 			}
 		}
-		if err := retimedTo(s.Sink, j.coll, rec, below, j.at, true); err != nil {
+		if err := retimedRows(s.Sink, j.coll, rec, below, j.at, true); err != nil {
 			return err
 		}
 		rewound += int64(len(below))

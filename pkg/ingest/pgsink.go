@@ -524,7 +524,7 @@ func (s *pgSink) finish(j *resnap) error {
 	}
 	var copied, rewound int64
 	for _, rec := range j.rows {
-		if err := s.retimed(j.coll, rec, nil, j.at, false); err != nil {
+		if err := retimedTo(s.Sink, j.coll, rec, at, false); err != nil {
 			return err
 		}
 		copied += rec.NumRows()
@@ -537,7 +537,7 @@ func (s *pgSink) finish(j *resnap) error {
 				below = append(below, i)
 			}
 		}
-		if err := s.retimed(j.coll, rec, below, j.at, true); err != nil {
+		if err := retimedRows(s.Sink, j.coll, rec, below, at, true); err != nil {
 			return err
 		}
 		rewound += int64(len(below))
@@ -549,12 +549,6 @@ func (s *pgSink) finish(j *resnap) error {
 	}
 	s.p.log.Info("re-snapshot done", "source", s.p.cfg.Source, "collection", j.coll, "at", j.at, "rows", copied, "rewound", rewound, "snapshot_lsn", j.snapLSN)
 	return nil
-}
-
-// retimed hands over rows of rec (all when rows is nil; none when it is
-// empty) at source time at, with their diffs negated when negate.
-func (s *pgSink) retimed(coll string, rec arrow.Record, rows []int, at frontier.LSN, negate bool) error {
-	return retimedTo(s.Sink, coll, rec, rows, frontier.Time{Pos: uint64(at)}, negate)
 }
 
 // RelationChanged implements replicate.RelationChanger: a collection

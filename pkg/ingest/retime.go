@@ -12,15 +12,15 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 )
 
-// retimedTo hands over to sink the rows of rec (all when rows is nil;
-// none when it is empty) at source time at (its partition too, when rec
-// has _partition), with their diffs negated when negate: a re-snapshot's
-// copy, and the held changes it is rewound by, at the reset's time.
-func retimedTo(sink pipe.Sink, coll string, rec arrow.Record, rows []int, at frontier.Time, negate bool) error {
-	if rows != nil {
-		if len(rows) == 0 {
-			return nil
-		}
+// retimedRows hands over to sink the rows of rec at indexes rows (none
+// when it is empty) at source time at, with their diffs negated when
+// negate: the held changes a re-snapshot's copy is rewound by, at the
+// reset's time.
+func retimedRows(sink pipe.Sink, coll string, rec arrow.Record, rows []int, at frontier.Time, negate bool) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	if len(rows) < int(rec.NumRows()) {
 		sub, err := arrowutil.Take(rec, rows, memory.DefaultAllocator)
 		if err != nil {
 			return err
@@ -28,6 +28,13 @@ func retimedTo(sink pipe.Sink, coll string, rec arrow.Record, rows []int, at fro
 		defer sub.Release()
 		rec = sub
 	}
+	return retimedTo(sink, coll, rec, at, negate)
+}
+
+// retimedTo hands over to sink every row of rec at source time at (its
+// partition too, when rec has _partition), with their diffs negated when
+// negate: a re-snapshot's copy at the reset's time.
+func retimedTo(sink pipe.Sink, coll string, rec arrow.Record, at frontier.Time, negate bool) error {
 	n := int(rec.NumRows())
 	_, _, diffs, parts := pipe.SplitData(rec)
 	user := int(rec.NumCols()) - 2
