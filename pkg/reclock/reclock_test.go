@@ -3,6 +3,8 @@ package reclock
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
@@ -112,6 +114,16 @@ func openStore(t *testing.T, dir string) *store.Store {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// feedLSN hands rc one record of updates (id, LSN, diff) of public.t.
+func feedLSN(t *testing.T, rc *Reclocker, ups ...[3]int64) {
+	t.Helper()
+	rec := srcRecord(t, frontier.DomainLSN, ups...)
+	defer rec.Release()
+	if err := rc.Data(context.Background(), "public.t", rec); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func lsn(n uint64) frontier.Frontier { return frontier.Single(frontier.DomainLSN, n) }
@@ -321,13 +333,7 @@ func TestResetKeepsItsPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	feed := func(ups ...[3]int64) {
-		rec := srcRecord(t, frontier.DomainLSN, ups...)
-		defer rec.Release()
-		if err := rc.Data(ctx, "public.t", rec); err != nil {
-			t.Fatal(err)
-		}
-	}
+	feed := func(ups ...[3]int64) { feedLSN(t, rc, ups...) }
 	feed([3]int64{1, 5, 1})
 	feed([3]int64{2, 10, 1})
 	if err := rc.Reset(ctx, "public.t", frontier.Time{Pos: 10}, nil); err != nil {
@@ -359,5 +365,82 @@ func TestResetKeepsItsPlace(t *testing.T) {
 	}
 	if want := []string{"reset public.t 2002000 false"}; !reflect.DeepEqual(out.events, want) {
 		t.Fatalf("replayed reset: %v, want %v", out.events, want)
+	}
+}
+
+// TestStagedUpdatesMatchHeld feeds the same updates, resets and progress
+// to a reclocker that holds everything in memory and to one that stages
+// every pending record (a budget of one byte): the consolidated output
+// and the place of the reset are the same, the staged files are gone once
+// everything is bound, and a new reclocker sweeps stray ones.
+func TestStagedUpdatesMatchHeld(t *testing.T) {
+	ctx := context.Background()
+	run := func(budget int64) (map[row]int64, []string, *store.Store) {
+		st := openStore(t, t.TempDir())
+		clk := &clock{now: time.UnixMilli(3_000_000)}
+		out := &recorder{t: t, st: st, source: "pg"}
+		rc, err := New(ctx, st, "pg", frontier.DomainLSN, out, Options{Now: clk.Now, Interval: time.Millisecond, MemoryBudget: budget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		feed := func(ups ...[3]int64) { feedLSN(t, rc, ups...) }
+		// One transaction at 5 in three records (row 1 twice, canceling
+		// once), one at 8, a reset at 8, more at 8 and 12; the first
+		// binding (F=9) splits the stage, the second binds the rest.
+		feed([3]int64{3, 5, 1}, [3]int64{1, 5, 1})
+		feed([3]int64{1, 5, 1}, [3]int64{2, 5, 1})
+		feed([3]int64{2, 5, -1}, [3]int64{4, 8, 1})
+		if err := rc.Reset(ctx, "public.t", frontier.Time{Pos: 8}, nil); err != nil {
+			t.Fatal(err)
+		}
+		feed([3]int64{5, 8, 1}, [3]int64{6, 12, 1})
+		feed([3]int64{7, 12, 1})
+		for _, p := range []uint64{9, 13} {
+			clk.now = clk.now.Add(time.Second)
+			if err := rc.SourceProgress(ctx, lsn(p)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sum := map[row]int64{}
+		for _, r := range out.rows {
+			k := r
+			k.diff = 0
+			if sum[k] += r.diff; sum[k] == 0 {
+				delete(sum, k)
+			}
+		}
+		var resets []string
+		for _, e := range out.events {
+			if len(e) > 5 && e[:5] == "reset" {
+				resets = append(resets, e)
+			}
+		}
+		rc.Close()
+		return sum, resets, st
+	}
+	held, heldResets, _ := run(-1)
+	staged, stagedResets, st := run(1)
+	if !reflect.DeepEqual(held, staged) {
+		t.Fatalf("staged output %v\nheld output %v", staged, held)
+	}
+	if len(held) != 6 || !reflect.DeepEqual(heldResets, stagedResets) || len(heldResets) != 1 {
+		t.Fatalf("resets staged %v, held %v; rows %v", stagedResets, heldResets, held)
+	}
+	dir := filepath.Join(st.Dir(), "staged", "pg")
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("nothing was staged: %v", err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("staged files left after everything was bound: %v", left)
+	}
+	// A crash leaves staged files: the next reclocker sweeps them.
+	if err := os.WriteFile(filepath.Join(dir, "stray.arrow"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(ctx, st, "pg", frontier.DomainLSN, &recorder{t: t, st: st, source: "pg"}, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("stray staged files not swept: %v", left)
 	}
 }
