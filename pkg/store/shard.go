@@ -35,6 +35,9 @@ type Shard struct {
 	// schemas caches the decoded schemas of generations by their encoding.
 	schemas map[string]*genSchemas
 	swept   bool
+	// scratch: files that a crash may lose (staged updates, which the
+	// source replays) are not synced.
+	scratch bool
 }
 
 // genSchemas are a generation's user schema and the schemas derived from

@@ -82,7 +82,7 @@ func (s *Store) NewStage(source string, schema *arrow.Schema) (*Stage, error) {
 		return nil, fmt.Errorf("stage %s: %w", source, err)
 	}
 	sc := &genSchemas{user: user, batch: withColumns(user, timeField, diffField), read: withColumns(user, diffField)}
-	return &Stage{files: &Shard{st: s, name: "staged updates of " + source, kind: kindData, dir: dir}, sc: sc}, nil
+	return &Stage{files: &Shard{st: s, name: "staged updates of " + source, kind: kindData, dir: dir, scratch: true}, sc: sc}, nil
 }
 
 // stripStaged drops the columns a stage does not keep besides _time and
