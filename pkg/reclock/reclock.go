@@ -233,7 +233,7 @@ func (r *Reclocker) Data(ctx context.Context, collection string, rec arrow.Recor
 // when they pass the memory budget.
 func (r *Reclocker) wait(ctx context.Context, h held) error {
 	r.pending = append(r.pending, h)
-	r.pendBytes += recordBytes(h.rec)
+	r.pendBytes += arrowutil.RecordBytes(h.rec)
 	if r.opts.MemoryBudget < 0 || r.domain.Partitioned() || r.pendBytes <= r.opts.MemoryBudget {
 		return nil
 	}
@@ -442,7 +442,7 @@ func (r *Reclocker) mint(ctx context.Context, wall time.Time) error {
 	r.pendBytes = 0
 	for _, h := range still {
 		if h.rec != nil {
-			r.pendBytes += recordBytes(h.rec)
+			r.pendBytes += arrowutil.RecordBytes(h.rec)
 		}
 	}
 	var stillErrs []heldErr
@@ -624,24 +624,4 @@ func (r *Reclocker) emit(h held, rows []int, t uint64) error {
 	out := array.NewRecord(h.schema, cols, int64(n))
 	defer out.Release()
 	return r.out.Data(h.collection, h.schema, out)
-}
-
-// recordBytes is the size of rec's buffers.
-func recordBytes(rec arrow.Record) int64 {
-	var n int64
-	var add func(d arrow.ArrayData)
-	add = func(d arrow.ArrayData) {
-		for _, b := range d.Buffers() {
-			if b != nil {
-				n += int64(b.Len())
-			}
-		}
-		for _, c := range d.Children() {
-			add(c)
-		}
-	}
-	for _, c := range rec.Columns() {
-		add(c.Data())
-	}
-	return n
 }

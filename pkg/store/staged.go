@@ -81,8 +81,13 @@ func (s *Store) NewStage(source string, schema *arrow.Schema) (*Stage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stage %s: %w", source, err)
 	}
+	return s.stageIn(dir, "staged updates of "+source, user), nil
+}
+
+// stageIn returns an empty stage of the user schema user writing to dir.
+func (s *Store) stageIn(dir, name string, user *arrow.Schema) *Stage {
 	sc := &genSchemas{user: user, batch: withColumns(user, timeField, diffField), read: withColumns(user, diffField)}
-	return &Stage{files: &Shard{st: s, name: "staged updates of " + source, kind: kindData, dir: dir, scratch: true}, sc: sc}, nil
+	return &Stage{files: &Shard{st: s, name: name, kind: kindData, dir: dir, scratch: true}, sc: sc}
 }
 
 // stripStaged drops the columns a stage does not keep besides _time and
@@ -252,10 +257,15 @@ func (sg *Stage) mergeInto(ctx context.Context, lo, hi uint64, to *Stage) error 
 // at, to fn in (row) order, a window at a time (the record is released
 // after the call).
 func (sg *Stage) Each(ctx context.Context, at uint64, fn func(rec arrow.Record) error) error {
+	return sg.each(ctx, true, at, fn)
+}
+
+// each is Each, retiming the rows only when retime is set.
+func (sg *Stage) each(ctx context.Context, retime bool, at uint64, fn func(rec arrow.Record) error) error {
 	if sg.rows == 0 {
 		return nil
 	}
-	srcs, closeAll, err := sg.sources(ctx, 0, math.MaxUint64, true, at)
+	srcs, closeAll, err := sg.sources(ctx, 0, math.MaxUint64, retime, at)
 	if err != nil {
 		return err
 	}
