@@ -132,6 +132,11 @@ func writeTempSync(fsys FS, dir, prefix string, sync bool, fill func(io.Writer) 
 		if err := f.Sync(); err != nil {
 			return "", fmt.Errorf("sync %s: %w", filepath.Base(path), err)
 		}
+	} else if fl, ok := f.(interface{ Flush() error }); ok {
+		// Without a sync, what a direct file still buffers must be written.
+		if err := fl.Flush(); err != nil {
+			return "", fmt.Errorf("write %s: %w", filepath.Base(path), err)
+		}
 	}
 	if err := f.Close(); err != nil {
 		return "", fmt.Errorf("close %s: %w", filepath.Base(path), err)
