@@ -196,7 +196,7 @@ func TestIngestKillLoop(t *testing.T) {
 }
 
 // TestIngestKillLoopStaged is the kill loop with every update not yet
-// bound staged in the store (--txn-memory 1): SIGKILLs while staged
+// bound staged in the store past 4 KiB (--txn-memory 4096): SIGKILLs while staged
 // files are written, committed or left behind replay to the same
 // definite result, and no staged file outlives its commit.
 func TestIngestKillLoopStaged(t *testing.T) {
@@ -205,7 +205,7 @@ func TestIngestKillLoopStaged(t *testing.T) {
 	slot0 := db.createSlot(t, fx.slot)
 	r := ingesttest.KillLoop(t, fx.h, fx, ingesttest.KillOptions{
 		Source: "pg", Kills: 10, Early: 2, MinRun: 30 * time.Millisecond, MaxRun: 1430 * time.Millisecond,
-		Args: []string{"--interval", "50ms", "--compact-every", "0", "--txn-memory", "1"},
+		Args: []string{"--interval", "50ms", "--compact-every", "0", "--txn-memory", "4096"},
 		BeforeStop: func(dir string) {
 			if _, err := os.Stat(filepath.Join(dir, "staged", "pg")); err != nil {
 				t.Errorf("nothing was staged: %v", err)

@@ -19,6 +19,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -79,8 +81,8 @@ type Options struct {
 	// MemoryBudget is how many bytes of updates not yet bound (a large
 	// transaction before its commit) are held in memory; beyond it they
 	// are staged in the store (store.Stage) until their binding. Zero
-	// means DefaultMemoryBudget, negative never stages. Updates of
-	// partitioned domains (Kafka) are never staged.
+	// means DefaultMemoryBudget, negative never stages. Kafka's updates
+	// (bound at every fetch) are never staged.
 	MemoryBudget int64
 }
 
@@ -121,8 +123,9 @@ type held struct {
 	rec        arrow.Record  // input record
 	times      *array.Uint64
 	parts      *array.String // nil for unpartitioned domains
-	// stage holds staged rows instead of rec (unpartitioned domains).
+	// stage holds staged rows instead of rec, all of partition part.
 	stage *store.Stage
+	part  string
 }
 
 type heldReset struct {
@@ -234,7 +237,7 @@ func (r *Reclocker) Data(ctx context.Context, collection string, rec arrow.Recor
 func (r *Reclocker) wait(ctx context.Context, h held) error {
 	r.pending = append(r.pending, h)
 	r.pendBytes += arrowutil.RecordBytes(h.rec)
-	if r.opts.MemoryBudget < 0 || r.domain.Partitioned() || r.pendBytes <= r.opts.MemoryBudget {
+	if r.opts.MemoryBudget < 0 || r.domain == frontier.DomainKafka || r.pendBytes <= r.opts.MemoryBudget {
 		return nil
 	}
 	return r.spill(ctx)
@@ -246,7 +249,8 @@ func (r *Reclocker) wait(ctx context.Context, h held) error {
 // and its resets matters, and that stays.
 func (r *Reclocker) spill(ctx context.Context) error {
 	var out []held
-	open := map[string]int{} // collection: its stage in out
+	// open: per collection, per partition, its stage in out.
+	open := map[string]map[string]int{}
 	recs := map[int][]arrow.Record{}
 	for _, h := range r.pending {
 		switch {
@@ -255,21 +259,34 @@ func (r *Reclocker) spill(ctx context.Context) error {
 			out = append(out, h)
 			continue
 		case h.stage != nil:
-			open[h.collection] = len(out)
+			if open[h.collection] == nil {
+				open[h.collection] = map[string]int{}
+			}
+			open[h.collection][h.part] = len(out)
 			out = append(out, h)
 			continue
 		}
-		k, ok := open[h.collection]
-		if !ok || !out[k].schema.Equal(h.schema) {
-			sg, err := r.st.NewStage(r.source, h.rec.Schema())
-			if err != nil {
-				return fmt.Errorf("reclock %s: %w", r.source, err)
-			}
-			k = len(out)
-			open[h.collection] = k
-			out = append(out, held{collection: h.collection, schema: h.schema, stage: sg})
+		parts, err := r.byPartition(h)
+		if err != nil {
+			return err
 		}
-		recs[k] = append(recs[k], h.rec)
+		for _, part := range slices.Sorted(maps.Keys(parts)) {
+			rec := parts[part]
+			k, ok := open[h.collection][part]
+			if !ok || !out[k].schema.Equal(h.schema) {
+				sg, err := r.st.NewStage(r.source, rec.Schema())
+				if err != nil {
+					return fmt.Errorf("reclock %s: %w", r.source, err)
+				}
+				k = len(out)
+				if open[h.collection] == nil {
+					open[h.collection] = map[string]int{}
+				}
+				open[h.collection][part] = k
+				out = append(out, held{collection: h.collection, schema: h.schema, stage: sg, part: part})
+			}
+			recs[k] = append(recs[k], rec)
+		}
 	}
 	r.pending, r.pendBytes = out, 0
 	var first error
@@ -284,6 +301,38 @@ func (r *Reclocker) spill(ctx context.Context) error {
 		}
 	}
 	return first
+}
+
+// byPartition returns h's rows per partition ("" in unpartitioned
+// domains), taking over h's reference to its record.
+func (r *Reclocker) byPartition(h held) (map[string]arrow.Record, error) {
+	if h.parts == nil {
+		return map[string]arrow.Record{"": h.rec}, nil
+	}
+	rows := map[string][]int{}
+	for i := 0; i < h.parts.Len(); i++ {
+		p := h.parts.Value(i)
+		rows[p] = append(rows[p], i)
+	}
+	out := map[string]arrow.Record{}
+	if len(rows) == 1 {
+		for p := range rows {
+			out[p] = h.rec
+		}
+		return out, nil
+	}
+	defer h.rec.Release()
+	for p, idx := range rows {
+		sub, err := arrowutil.Take(h.rec, idx, r.opts.Mem)
+		if err != nil {
+			for _, rec := range out {
+				rec.Release()
+			}
+			return nil, err
+		}
+		out[p] = sub
+	}
+	return out, nil
 }
 
 // Error takes a definite error of a collection at source time at; it is
@@ -399,7 +448,7 @@ func (r *Reclocker) mint(ctx context.Context, wall time.Time) error {
 				return err
 			}
 			if rest != nil {
-				still = append(still, held{collection: h.collection, schema: h.schema, stage: rest})
+				still = append(still, held{collection: h.collection, schema: h.schema, stage: rest, part: h.part})
 			}
 			continue
 		}
@@ -492,7 +541,7 @@ func (r *Reclocker) emitStaged(ctx context.Context, h held, f frontier.Frontier,
 		h.stage.Release()
 		return nil, nil
 	}
-	upper := f.Get("")
+	upper := f.Get(h.part)
 	if lo >= upper {
 		return h.stage, nil // none bound
 	}

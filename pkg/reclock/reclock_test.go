@@ -1,11 +1,13 @@
 package reclock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -102,10 +104,18 @@ func srcRecord(t *testing.T, d frontier.Domain, ups ...[3]int64) arrow.Record {
 		b.Field(1).(*array.Uint64Builder).Append(uint64(u[1]))
 		b.Field(2).(*array.Int64Builder).Append(u[2])
 		if d.Partitioned() {
-			b.Field(3).(*array.StringBuilder).Append(fmt.Sprintf("p%d", u[0]%2))
+			b.Field(3).(*array.StringBuilder).Append(partName(d, u[0]%2))
 		}
 	}
 	return b.NewRecord()
+}
+
+// partName is srcRecord's partition k: p<k>, or for MySQL a server UUID.
+func partName(d frontier.Domain, k int64) string {
+	if d == frontier.DomainMySQL {
+		return fmt.Sprintf("00000000-0000-0000-0000-00000000000%d", k)
+	}
+	return fmt.Sprintf("p%d", k)
 }
 
 func openStore(t *testing.T, dir string) *store.Store {
@@ -442,5 +452,53 @@ func TestStagedUpdatesMatchHeld(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
 		t.Fatalf("stray staged files not swept: %v", left)
+	}
+}
+
+// TestStagedPartitioned: in a partitioned domain (MySQL GTIDs) staged
+// updates are staged per partition, and a binding releases those of the
+// partitions it is beyond, as held ones would be.
+func TestStagedPartitioned(t *testing.T) {
+	ctx := context.Background()
+	run := func(budget int64) []row {
+		st := openStore(t, t.TempDir())
+		clk := &clock{now: time.UnixMilli(4_000_000)}
+		out := &recorder{t: t, st: st, source: "my"}
+		rc, err := New(ctx, st, "my", frontier.DomainMySQL, out, Options{Now: clk.Now, Interval: time.Millisecond, MemoryBudget: budget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		// id%2 picks the partition: p0 at 3 and 9, p1 at 4.
+		rec := srcRecord(t, frontier.DomainMySQL, [3]int64{2, 3, 1}, [3]int64{1, 4, 1}, [3]int64{4, 9, 1})
+		if err := rc.Data(ctx, "public.t", rec); err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+		p0, p1 := partName(frontier.DomainMySQL, 0), partName(frontier.DomainMySQL, 1)
+		for _, f := range []map[string]uint64{{p0: 4, p1: 5}, {p0: 10, p1: 5}} {
+			clk.now = clk.now.Add(time.Second)
+			fr, err := frontier.New(frontier.DomainMySQL, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rc.SourceProgress(ctx, fr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if budget > 0 {
+			if _, err := os.Stat(filepath.Join(st.Dir(), "staged", "my")); err != nil {
+				t.Fatalf("nothing was staged: %v", err)
+			}
+			if left, _ := os.ReadDir(filepath.Join(st.Dir(), "staged", "my")); len(left) != 0 {
+				t.Fatalf("staged files left after everything was bound: %v", left)
+			}
+		}
+		slices.SortFunc(out.rows, func(a, b row) int { return cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.id, b.id)) })
+		return out.rows
+	}
+	held, staged := run(-1), run(1)
+	if !reflect.DeepEqual(held, staged) || len(held) != 3 || held[1].t != held[0].t || held[2].t == held[0].t {
+		t.Fatalf("staged %v, held %v", staged, held)
 	}
 }
