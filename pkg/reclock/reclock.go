@@ -39,7 +39,7 @@ const DefaultInterval = 100 * time.Millisecond
 
 // DefaultMemoryBudget is how many bytes of updates not yet bound a
 // Reclocker holds in memory before it stages them in the store.
-const DefaultMemoryBudget = 128 << 20
+const DefaultMemoryBudget = 32 << 20
 
 // StagedOutput is an Output that takes staged updates as they are: the
 // rows of stage (in source time) all at system time t, in the place of a
