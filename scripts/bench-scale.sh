@@ -55,7 +55,10 @@ measure() {
 	/usr/bin/time -f '%e %M' -o "$work/time.txt" "$@" > /dev/null 2>> "$log"
 	echo "$name $(cat "$work/time.txt")" | tee -a "$out/scale-$N.txt" >> "$work/m.txt"
 }
-ingest() { "$RTRCTL" --log-level warn ingest --source pg --dsn "$DSN" --publication "pub$N" --slot "slot$N" --store "$work/st$N" 2>> "$log" & ingest_pid=$!; }
+# INGEST_ARGS: more rtrctl ingest arguments (e.g. --txn-memory 33554432);
+# IDENTITY=FULL: the table's replica identity (default DEFAULT, which has
+# the ingest keep every row's key state in memory).
+ingest() { "$RTRCTL" --log-level warn ingest ${INGEST_ARGS:-} --source pg --dsn "$DSN" --publication "pub$N" --slot "slot$N" --store "$work/st$N" 2>> "$log" & ingest_pid=$!; }
 # wait_ingested U: until the store holds public.t$N complete below LSN U.
 wait_ingested() {
 	local want got deadline=$(( $(date +%s) + 3600 ))
@@ -84,7 +87,7 @@ echo
 for N in $SIZES; do
 	: > "$work/m.txt"
 	: > "$out/scale-$N.txt"
-	sql -c "CREATE TABLE t$N ($cols)" -c "INSERT INTO t$N $(rows 1 "$N")" -c "VACUUM ANALYZE t$N" -c "CREATE PUBLICATION pub$N FOR TABLE t$N"
+	sql -c "CREATE TABLE t$N ($cols)" -c "ALTER TABLE t$N REPLICA IDENTITY ${IDENTITY:-DEFAULT}" -c "INSERT INTO t$N $(rows 1 "$N")" -c "VACUUM ANALYZE t$N" -c "CREATE PUBLICATION pub$N FOR TABLE t$N"
 	psql "$DSN" -Xqc "COPY t$N TO STDOUT (FORMAT csv)" > /dev/null # warm up
 	measure "psql-copy-csv" "$PG_BIN/psql" "$DSN" -Xqc "COPY t$N TO STDOUT (FORMAT csv)"
 	measure "psql-copy-binary" "$PG_BIN/psql" "$DSN" -Xqc "COPY t$N TO STDOUT (FORMAT binary)"
@@ -95,6 +98,15 @@ for N in $SIZES; do
 	stop_ingest
 	echo "ingest-snapshot $(awk -v s="$s" -v e="$e" 'BEGIN { printf "%.2f", e - s }') $rss" | tee -a "$out/scale-$N.txt" >> "$work/m.txt"
 	old=$(( $(upper_of "$work/st$N" "public.t$N") - 1 ))
+	# One transaction updating every row (2N changes), ingested by a new
+	# process (the snapshot is durable, so it only streams): its peak RSS
+	# is what waiting for the commit record costs.
+	sql -c "UPDATE t$N SET n = n + 1"
+	L=$(lsn)
+	s=$(now); ingest; wait_ingested "$L"; e=$(now)
+	rss=$(awk '/^VmHWM:/ { print $2 }' "/proc/$ingest_pid/status")
+	stop_ingest
+	echo "ingest-txn-update-all $(awk -v s="$s" -v e="$e" 'BEGIN { printf "%.2f", e - s }') $rss" | tee -a "$out/scale-$N.txt" >> "$work/m.txt"
 	# History: 1% of the rows updated, so that an old time differs.
 	sql -c "UPDATE t$N SET n = n + 1 WHERE id % 100 = 0"
 	L=$(lsn); ingest; wait_ingested "$L"; stop_ingest
@@ -128,4 +140,4 @@ for N in $SIZES; do
 	done < "$work/m.txt"
 	echo
 done
-echo "(psql-copy-*: \`psql -c \"COPY t TO STDOUT (FORMAT csv|binary)\" > /dev/null\`; read-*: \`rtrctl read STORE public.t --format csv|arrow [--as-of OLD] > /dev/null\`, OLD the time of the initial snapshot, before 1% of the rows were updated; ingest-snapshot: \`rtrctl ingest\` from start until \`rtrctl status\` shows the snapshot complete (VmHWM); store-compact-2xN: \`rtrctl store compact --retain 1ms\` of two runs of N rows each (rows/s counts the 2N input rows). Peak RSS from \`/usr/bin/time -f %M\`. Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg).)"
+echo "(psql-copy-*: \`psql -c \"COPY t TO STDOUT (FORMAT csv|binary)\" > /dev/null\`; read-*: \`rtrctl read STORE public.t --format csv|arrow [--as-of OLD] > /dev/null\`, OLD the time of the initial snapshot, before 1% of the rows were updated; ingest-snapshot: \`rtrctl ingest\` from start until \`rtrctl status\` shows the snapshot complete (VmHWM); ingest-txn-update-all: a new \`rtrctl ingest\` from start until it has committed one \`UPDATE t SET n = n + 1\` of all N rows (2N changes) made while none ran (VmHWM); store-compact-2xN: \`rtrctl store compact --retain 1ms\` of two runs of N rows each (rows/s counts the 2N input rows). Peak RSS from \`/usr/bin/time -f %M\`. Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg).)"

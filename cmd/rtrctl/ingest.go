@@ -69,6 +69,7 @@ Examples:
 			&cli.StringFlag{Name: "tables", Usage: "pg: comma-separated tables, named as SQL names them: public.orders,public.\"RelMix\" (default: every table of the publication); mysql: db.table,... with backticks where SQL needs them, or db.* for every table of db, tables created while the ingest runs included (required)"},
 			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "pg, mysql: snapshot connections"},
 			&cli.DurationFlag{Name: "interval", Value: reclock.DefaultInterval, Usage: "least time between two bindings (commits)"},
+			&cli.Int64Flag{Name: "txn-memory", Usage: "bytes of updates not yet bound (a large transaction before its commit) held in memory; beyond it they are staged in the store until their commit (default 32 MiB; -1: never stage)"},
 			&cli.DurationFlag{Name: "retain", Value: store.DefaultRetain, Usage: "history kept readable by background compaction"},
 			&cli.DurationFlag{Name: "compact-every", Value: time.Minute, Usage: "how often to compact (0 disables)"},
 			&cli.DurationFlag{Name: "retry-for", Usage: "give up when the upstream has been failing (restarting, unreachable) this long (default: retry for ever; permanent errors such as a wrong password fail at once)"},
@@ -100,7 +101,7 @@ Examples:
 				run: ingest.Options{
 					Interval: c.Duration("interval"), CompactEvery: c.Duration("compact-every"),
 					RecencyAddr: c.String("recency-addr"), RetryFor: c.Duration("retry-for"),
-					AfterCommit: faultAfterCommit(),
+					AfterCommit: faultAfterCommit(), MemoryBudget: c.Int64("txn-memory"),
 				},
 			}
 			if opts.run.CompactEvery == 0 {

@@ -212,15 +212,7 @@ func runRead(ctx context.Context, w io.Writer, opts readOptions) error {
 		if opts.to != nil {
 			to = *opts.to
 		}
-		rec, err := sh.Changes(ctx, from, to)
-		if err != nil {
-			return err
-		}
-		defer rec.Release()
-		if opts.format == "arrow" {
-			return writeArrow(w, opts.collection, frontier.DomainSystem, rec)
-		}
-		return render.Rows(w, opts.format, rec, nil)
+		return streamChanges(ctx, w, sh, opts, from, to)
 	}
 	t := latest
 	if opts.asOf != nil {
@@ -288,6 +280,48 @@ func streamAsOf(ctx context.Context, w io.Writer, sh *store.Shard, opts readOpti
 		return closeArrow(pw)
 	}
 	return text.Close()
+}
+
+// streamChanges prints the changes in (from, to] as the store sorts
+// them (store.Shard.StreamChanges), in bounded memory: every format
+// writes rows as they come.
+func streamChanges(ctx context.Context, w io.Writer, sh *store.Shard, opts readOptions, from, to uint64) error {
+	var text *render.Stream
+	var pw *pipe.Writer
+	var schema *arrow.Schema
+	rows := 0
+	err := sh.StreamChanges(ctx, from, to, func(s *arrow.Schema) (err error) {
+		schema = s
+		if opts.format == "arrow" {
+			pw = pipe.NewWriter(w, memory.DefaultAllocator)
+			return nil
+		}
+		text, err = render.NewStream(w, opts.format, s.Fields())
+		return err
+	}, func(rec arrow.Record) error {
+		rows += int(rec.NumRows())
+		if pw != nil {
+			return writeArrowRecord(pw, opts.collection, frontier.DomainSystem, rec)
+		}
+		return text.Write(rec, nil)
+	})
+	if err != nil {
+		return err
+	}
+	if pw == nil {
+		return text.Close()
+	}
+	if rows == 0 {
+		// No rows: the stream still says what the collection is.
+		b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+		rec := b.NewRecord()
+		b.Release()
+		defer rec.Release()
+		if err := writeArrowRecord(pw, opts.collection, frontier.DomainSystem, rec); err != nil {
+			return err
+		}
+	}
+	return closeArrow(pw)
 }
 
 // addTimeColumn returns rec (user columns + _diff) with _time = t inserted

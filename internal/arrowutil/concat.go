@@ -73,3 +73,24 @@ func Take(rec arrow.Record, rows []int, mem memory.Allocator) (arrow.Record, err
 	}
 	return out, nil
 }
+
+// RecordBytes is the size of rec's buffers (shared buffers counted in
+// full), to weigh records against a memory budget.
+func RecordBytes(rec arrow.Record) int64 {
+	var n int64
+	var add func(d arrow.ArrayData)
+	add = func(d arrow.ArrayData) {
+		for _, b := range d.Buffers() {
+			if b != nil {
+				n += int64(b.Len())
+			}
+		}
+		for _, c := range d.Children() {
+			add(c)
+		}
+	}
+	for _, c := range rec.Columns() {
+		add(c.Data())
+	}
+	return n
+}

@@ -44,6 +44,10 @@ type Options struct {
 	RetryFor time.Duration
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// MemoryBudget bounds the updates not yet bound held in memory
+	// (reclock.Options.MemoryBudget): zero means
+	// reclock.DefaultMemoryBudget, negative never stages.
+	MemoryBudget int64
 
 	// AfterCommit is a test hook called after each collection commit.
 	AfterCommit func(collection string, upper uint64)
@@ -266,7 +270,7 @@ func (d *driver) start(ctx context.Context, tl Timeline) error {
 		sm = d.opts.Metrics.source(tl.ID)
 		t.w.onCommit = sm.committed
 	}
-	rc, err := reclock.New(ctx, st, tl.ID, tl.Domain, t.w, reclock.Options{Interval: d.opts.Interval})
+	rc, err := reclock.New(ctx, st, tl.ID, tl.Domain, t.w, reclock.Options{Interval: d.opts.Interval, MemoryBudget: d.opts.MemoryBudget})
 	if err != nil {
 		return err
 	}

@@ -60,10 +60,23 @@ type storeWriter struct {
 }
 
 type buffered struct {
-	schema           *arrow.Schema
-	recs             []arrow.Record
+	schema *arrow.Schema
+	recs   []arrow.Record
+	// staged are rows the reclocker staged (a large transaction), each
+	// part at one time.
+	staged           []store.StagedPart
 	rows             int64
 	minTime, maxTime uint64
+}
+
+// addStaged takes the staged rows of p (owning its stage) into b.
+func (b *buffered) addStaged(p store.StagedPart) {
+	if b.rows == 0 {
+		b.minTime, b.maxTime = p.At, p.At
+	}
+	b.minTime, b.maxTime = min(b.minTime, p.At), max(b.maxTime, p.At)
+	b.staged = append(b.staged, p)
+	b.rows += p.Stage.Rows()
 }
 
 // add takes rec (retaining it) into b.
@@ -91,6 +104,14 @@ func (b *buffered) split(upper uint64) (below, rest *buffered, err error) {
 	}
 	defer b.release()
 	below, rest = &buffered{schema: b.schema}, &buffered{schema: b.schema}
+	for _, p := range b.staged {
+		if p.At < upper {
+			below.addStaged(p)
+		} else {
+			rest.addStaged(p)
+		}
+	}
+	b.staged = nil
 	for _, rec := range b.recs {
 		times := rec.Column(int(rec.NumCols()) - 2).(*array.Uint64)
 		var lo, hi []int
@@ -129,6 +150,10 @@ func (b *buffered) release() {
 		r.Release()
 	}
 	b.recs = nil
+	for _, p := range b.staged {
+		p.Stage.Release()
+	}
+	b.staged = nil
 }
 
 // segment is a collection's buffered data from one event on (a reset, a
@@ -372,6 +397,12 @@ func (w *storeWriter) Binding(frontier.Binding) error { return nil }
 
 // Data implements reclock.Output.
 func (w *storeWriter) Data(collection string, schema *arrow.Schema, rec arrow.Record) error {
+	w.tail(collection, schema).add(rec)
+	return nil
+}
+
+// tail returns the buffer of collection's last pending segment.
+func (w *storeWriter) tail(collection string, schema *arrow.Schema) *buffered {
 	segs := w.pending[collection]
 	if len(segs) == 0 {
 		segs = []segment{{}}
@@ -380,8 +411,14 @@ func (w *storeWriter) Data(collection string, schema *arrow.Schema, rec arrow.Re
 	if last.b == nil {
 		last.b = &buffered{schema: schema}
 	}
-	last.b.add(rec)
 	w.pending[collection] = segs
+	return last.b
+}
+
+// DataStaged implements reclock.StagedOutput: the staged rows are
+// committed from their files (store.Shard.AppendStaged), never held.
+func (w *storeWriter) DataStaged(collection string, schema *arrow.Schema, stage *store.Stage, t uint64) error {
+	w.tail(collection, schema).addStaged(store.StagedPart{Stage: stage, At: t})
 	return nil
 }
 
@@ -566,16 +603,17 @@ func (w *storeWriter) recordError(ctx context.Context, sh *store.Shard, c string
 func (w *storeWriter) appendTo(ctx context.Context, sh *store.Shard, c string, newUpper uint64, b *buffered, appended *bool) error {
 	expected := sh.Upper()
 	var recs []arrow.Record
+	var staged []store.StagedPart
 	if b != nil && b.rows > 0 {
 		if b.minTime < expected {
 			expected = b.minTime // a replay: verified against the store and skipped
 		}
-		recs = b.recs
+		recs, staged = b.recs, b.staged
 	}
 	if newUpper <= expected {
 		return nil // already durable
 	}
-	res, err := sh.Append(ctx, expected, newUpper, recs...)
+	res, err := sh.AppendStaged(ctx, expected, newUpper, staged, recs...)
 	if err != nil {
 		return fmt.Errorf("commit %s: %w", c, err)
 	}

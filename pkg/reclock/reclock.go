@@ -19,6 +19,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -34,6 +36,18 @@ import (
 
 // DefaultInterval is the least time between two minted bindings.
 const DefaultInterval = 100 * time.Millisecond
+
+// DefaultMemoryBudget is how many bytes of updates not yet bound a
+// Reclocker holds in memory before it stages them in the store.
+const DefaultMemoryBudget = 32 << 20
+
+// StagedOutput is an Output that takes staged updates as they are: the
+// rows of stage (in source time) all at system time t, in the place of a
+// Data call. It owns stage from then on (Stage.Release). An Output
+// without it gets the rows through Data, a window at a time.
+type StagedOutput interface {
+	DataStaged(collection string, schema *arrow.Schema, stage *store.Stage, t uint64) error
+}
 
 // Output receives reclocked updates, in order: for each binding, first the
 // binding, then the data at its time, then the progress past it.
@@ -64,6 +78,12 @@ type Options struct {
 	Now func() time.Time
 	// Mem allocates the output records; nil means the default allocator.
 	Mem memory.Allocator
+	// MemoryBudget is how many bytes of updates not yet bound (a large
+	// transaction before its commit) are held in memory; beyond it they
+	// are staged in the store (store.Stage) until their binding. Zero
+	// means DefaultMemoryBudget, negative never stages. Kafka's updates
+	// (bound at every fetch) are never staged.
+	MemoryBudget int64
 }
 
 // Reclocker reclocks one source. It is not safe for concurrent use.
@@ -82,7 +102,9 @@ type Reclocker struct {
 	progress   frontier.Frontier // the source's progress so far
 	lastMint   time.Time
 	pending    []held // updates not yet bound
-	errs       []heldErr
+	// pendBytes is the size of the pending records in memory.
+	pendBytes int64
+	errs      []heldErr
 }
 
 type heldErr struct {
@@ -101,6 +123,9 @@ type held struct {
 	rec        arrow.Record  // input record
 	times      *array.Uint64
 	parts      *array.String // nil for unpartitioned domains
+	// stage holds staged rows instead of rec, all of partition part.
+	stage *store.Stage
+	part  string
 }
 
 type heldReset struct {
@@ -119,6 +144,14 @@ func New(ctx context.Context, st *store.Store, source string, domain frontier.Do
 	}
 	if opts.Mem == nil {
 		opts.Mem = memory.DefaultAllocator
+	}
+	if opts.MemoryBudget == 0 {
+		opts.MemoryBudget = DefaultMemoryBudget
+	}
+	// Staged updates of an earlier run were never bound (else they would
+	// have been committed and removed): the source replays them.
+	if err := st.SweepStaged(source); err != nil {
+		return nil, fmt.Errorf("reclock %s: %w", source, err)
 	}
 	r := &Reclocker{st: st, source: source, domain: domain, opts: opts, out: out, progress: frontier.Empty(domain)}
 	bs, upper, err := st.Bindings(ctx, source)
@@ -155,8 +188,7 @@ func (r *Reclocker) Data(ctx context.Context, collection string, rec arrow.Recor
 	// New data (the usual case) is beyond every binding: it all waits.
 	if n := len(r.bindings); n == 0 || countBound(h, r.bindings[n-1].Frontier) == 0 {
 		rec.Retain()
-		r.pending = append(r.pending, h)
-		return nil
+		return r.wait(ctx, h)
 	}
 	// Rows bound by durable bindings go out now; the rest wait.
 	var waitRows []int
@@ -183,8 +215,7 @@ func (r *Reclocker) Data(ctx context.Context, collection string, rec arrow.Recor
 	}
 	if len(waitRows) == int(rec.NumRows()) {
 		rec.Retain()
-		r.pending = append(r.pending, h)
-		return nil
+		return r.wait(ctx, h)
 	}
 	if len(waitRows) > 0 {
 		sub, err := arrowutil.Take(rec, waitRows, r.opts.Mem)
@@ -196,9 +227,112 @@ func (r *Reclocker) Data(ctx context.Context, collection string, rec arrow.Recor
 			sub.Release()
 			return err
 		}
-		r.pending = append(r.pending, h2)
+		return r.wait(ctx, h2)
 	}
 	return nil
+}
+
+// wait adds h (its record retained) to the pending updates, staging them
+// when they pass the memory budget.
+func (r *Reclocker) wait(ctx context.Context, h held) error {
+	r.pending = append(r.pending, h)
+	r.pendBytes += arrowutil.RecordBytes(h.rec)
+	if r.opts.MemoryBudget < 0 || r.domain == frontier.DomainKafka || r.pendBytes <= r.opts.MemoryBudget {
+		return nil
+	}
+	return r.spill(ctx)
+}
+
+// spill stages the pending records: each collection's records since its
+// last pending reset go into one stage (a run more of it), which takes
+// the place of the first of them. Only the order of a collection's data
+// and its resets matters, and that stays.
+func (r *Reclocker) spill(ctx context.Context) error {
+	var out []held
+	// open: per collection, per partition, its stage in out.
+	open := map[string]map[string]int{}
+	recs := map[int][]arrow.Record{}
+	for _, h := range r.pending {
+		switch {
+		case h.reset != nil:
+			delete(open, h.collection)
+			out = append(out, h)
+			continue
+		case h.stage != nil:
+			if open[h.collection] == nil {
+				open[h.collection] = map[string]int{}
+			}
+			open[h.collection][h.part] = len(out)
+			out = append(out, h)
+			continue
+		}
+		parts, err := r.byPartition(h)
+		if err != nil {
+			return err
+		}
+		for _, part := range slices.Sorted(maps.Keys(parts)) {
+			rec := parts[part]
+			k, ok := open[h.collection][part]
+			if !ok || !out[k].schema.Equal(h.schema) {
+				sg, err := r.st.NewStage(r.source, rec.Schema())
+				if err != nil {
+					return fmt.Errorf("reclock %s: %w", r.source, err)
+				}
+				k = len(out)
+				if open[h.collection] == nil {
+					open[h.collection] = map[string]int{}
+				}
+				open[h.collection][part] = k
+				out = append(out, held{collection: h.collection, schema: h.schema, stage: sg, part: part})
+			}
+			recs[k] = append(recs[k], rec)
+		}
+	}
+	r.pending, r.pendBytes = out, 0
+	var first error
+	for k, rs := range recs {
+		if first == nil {
+			if err := out[k].stage.Write(ctx, rs...); err != nil {
+				first = fmt.Errorf("reclock %s: stage updates of %s: %w", r.source, out[k].collection, err)
+			}
+		}
+		for _, rec := range rs {
+			rec.Release()
+		}
+	}
+	return first
+}
+
+// byPartition returns h's rows per partition ("" in unpartitioned
+// domains), taking over h's reference to its record.
+func (r *Reclocker) byPartition(h held) (map[string]arrow.Record, error) {
+	if h.parts == nil {
+		return map[string]arrow.Record{"": h.rec}, nil
+	}
+	rows := map[string][]int{}
+	for i := 0; i < h.parts.Len(); i++ {
+		p := h.parts.Value(i)
+		rows[p] = append(rows[p], i)
+	}
+	out := map[string]arrow.Record{}
+	if len(rows) == 1 {
+		for p := range rows {
+			out[p] = h.rec
+		}
+		return out, nil
+	}
+	defer h.rec.Release()
+	for p, idx := range rows {
+		sub, err := arrowutil.Take(h.rec, idx, r.opts.Mem)
+		if err != nil {
+			for _, rec := range out {
+				rec.Release()
+			}
+			return nil, err
+		}
+		out[p] = sub
+	}
+	return out, nil
 }
 
 // Error takes a definite error of a collection at source time at; it is
@@ -308,6 +442,16 @@ func (r *Reclocker) mint(ctx context.Context, wall time.Time) error {
 			}
 			continue
 		}
+		if h.stage != nil {
+			rest, err := r.emitStaged(ctx, h, b.Frontier, t)
+			if err != nil {
+				return err
+			}
+			if rest != nil {
+				still = append(still, held{collection: h.collection, schema: h.schema, stage: rest, part: h.part})
+			}
+			continue
+		}
 		// Held rows are beyond no earlier binding: this one binds those
 		// its frontier is beyond.
 		switch n := countBound(h, b.Frontier); {
@@ -344,6 +488,12 @@ func (r *Reclocker) mint(ctx context.Context, wall time.Time) error {
 		still = append(still, h2)
 	}
 	r.pending = still
+	r.pendBytes = 0
+	for _, h := range still {
+		if h.rec != nil {
+			r.pendBytes += arrowutil.RecordBytes(h.rec)
+		}
+	}
 	var stillErrs []heldErr
 	for _, e := range r.errs {
 		if e.next || r.firstBeyond(e.at) == k {
@@ -376,8 +526,46 @@ func (r *Reclocker) Close() {
 		if h.rec != nil {
 			h.rec.Release()
 		}
+		if h.stage != nil {
+			h.stage.Release()
+		}
 	}
-	r.pending = nil
+	r.pending, r.pendBytes = nil, 0
+}
+
+// emitStaged emits the rows of h's stage that binding frontier f binds at
+// time t, and returns the stage of the rows that still wait (nil: none).
+func (r *Reclocker) emitStaged(ctx context.Context, h held, f frontier.Frontier, t uint64) (*store.Stage, error) {
+	lo, hi, ok := h.stage.TimeRange()
+	if !ok {
+		h.stage.Release()
+		return nil, nil
+	}
+	upper := f.Get(h.part)
+	if lo >= upper {
+		return h.stage, nil // none bound
+	}
+	bound, rest := h.stage, (*store.Stage)(nil)
+	if hi >= upper {
+		var err error
+		if bound, rest, err = h.stage.Split(ctx, upper); err != nil {
+			return nil, fmt.Errorf("reclock %s: %w", r.source, err)
+		}
+	}
+	if so, ok := r.out.(StagedOutput); ok {
+		return rest, so.DataStaged(h.collection, h.schema, bound, t)
+	}
+	defer bound.Release()
+	err := bound.Each(ctx, t, func(rec arrow.Record) error {
+		out := array.NewRecord(h.schema, rec.Columns(), rec.NumRows())
+		defer out.Release()
+		return r.out.Data(h.collection, h.schema, out)
+	})
+	if err != nil {
+		rest.Release()
+		return nil, err
+	}
+	return rest, nil
 }
 
 func (r *Reclocker) hold(collection string, rec arrow.Record) (held, error) {

@@ -1,9 +1,13 @@
 package reclock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -100,10 +104,18 @@ func srcRecord(t *testing.T, d frontier.Domain, ups ...[3]int64) arrow.Record {
 		b.Field(1).(*array.Uint64Builder).Append(uint64(u[1]))
 		b.Field(2).(*array.Int64Builder).Append(u[2])
 		if d.Partitioned() {
-			b.Field(3).(*array.StringBuilder).Append(fmt.Sprintf("p%d", u[0]%2))
+			b.Field(3).(*array.StringBuilder).Append(partName(d, u[0]%2))
 		}
 	}
 	return b.NewRecord()
+}
+
+// partName is srcRecord's partition k: p<k>, or for MySQL a server UUID.
+func partName(d frontier.Domain, k int64) string {
+	if d == frontier.DomainMySQL {
+		return fmt.Sprintf("00000000-0000-0000-0000-00000000000%d", k)
+	}
+	return fmt.Sprintf("p%d", k)
 }
 
 func openStore(t *testing.T, dir string) *store.Store {
@@ -112,6 +124,16 @@ func openStore(t *testing.T, dir string) *store.Store {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// feedLSN hands rc one record of updates (id, LSN, diff) of public.t.
+func feedLSN(t *testing.T, rc *Reclocker, ups ...[3]int64) {
+	t.Helper()
+	rec := srcRecord(t, frontier.DomainLSN, ups...)
+	defer rec.Release()
+	if err := rc.Data(context.Background(), "public.t", rec); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func lsn(n uint64) frontier.Frontier { return frontier.Single(frontier.DomainLSN, n) }
@@ -321,13 +343,7 @@ func TestResetKeepsItsPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	feed := func(ups ...[3]int64) {
-		rec := srcRecord(t, frontier.DomainLSN, ups...)
-		defer rec.Release()
-		if err := rc.Data(ctx, "public.t", rec); err != nil {
-			t.Fatal(err)
-		}
-	}
+	feed := func(ups ...[3]int64) { feedLSN(t, rc, ups...) }
 	feed([3]int64{1, 5, 1})
 	feed([3]int64{2, 10, 1})
 	if err := rc.Reset(ctx, "public.t", frontier.Time{Pos: 10}, nil); err != nil {
@@ -359,5 +375,130 @@ func TestResetKeepsItsPlace(t *testing.T) {
 	}
 	if want := []string{"reset public.t 2002000 false"}; !reflect.DeepEqual(out.events, want) {
 		t.Fatalf("replayed reset: %v, want %v", out.events, want)
+	}
+}
+
+// TestStagedUpdatesMatchHeld feeds the same updates, resets and progress
+// to a reclocker that holds everything in memory and to one that stages
+// every pending record (a budget of one byte): the consolidated output
+// and the place of the reset are the same, the staged files are gone once
+// everything is bound, and a new reclocker sweeps stray ones.
+func TestStagedUpdatesMatchHeld(t *testing.T) {
+	ctx := context.Background()
+	run := func(budget int64) (map[row]int64, []string, *store.Store) {
+		st := openStore(t, t.TempDir())
+		clk := &clock{now: time.UnixMilli(3_000_000)}
+		out := &recorder{t: t, st: st, source: "pg"}
+		rc, err := New(ctx, st, "pg", frontier.DomainLSN, out, Options{Now: clk.Now, Interval: time.Millisecond, MemoryBudget: budget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		feed := func(ups ...[3]int64) { feedLSN(t, rc, ups...) }
+		// One transaction at 5 in three records (row 1 twice, canceling
+		// once), one at 8, a reset at 8, more at 8 and 12; the first
+		// binding (F=9) splits the stage, the second binds the rest.
+		feed([3]int64{3, 5, 1}, [3]int64{1, 5, 1})
+		feed([3]int64{1, 5, 1}, [3]int64{2, 5, 1})
+		feed([3]int64{2, 5, -1}, [3]int64{4, 8, 1})
+		if err := rc.Reset(ctx, "public.t", frontier.Time{Pos: 8}, nil); err != nil {
+			t.Fatal(err)
+		}
+		feed([3]int64{5, 8, 1}, [3]int64{6, 12, 1})
+		feed([3]int64{7, 12, 1})
+		for _, p := range []uint64{9, 13} {
+			clk.now = clk.now.Add(time.Second)
+			if err := rc.SourceProgress(ctx, lsn(p)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sum := map[row]int64{}
+		for _, r := range out.rows {
+			k := r
+			k.diff = 0
+			if sum[k] += r.diff; sum[k] == 0 {
+				delete(sum, k)
+			}
+		}
+		var resets []string
+		for _, e := range out.events {
+			if len(e) > 5 && e[:5] == "reset" {
+				resets = append(resets, e)
+			}
+		}
+		rc.Close()
+		return sum, resets, st
+	}
+	held, heldResets, _ := run(-1)
+	staged, stagedResets, st := run(1)
+	if !reflect.DeepEqual(held, staged) {
+		t.Fatalf("staged output %v\nheld output %v", staged, held)
+	}
+	if len(held) != 6 || !reflect.DeepEqual(heldResets, stagedResets) || len(heldResets) != 1 {
+		t.Fatalf("resets staged %v, held %v; rows %v", stagedResets, heldResets, held)
+	}
+	dir := filepath.Join(st.Dir(), "staged", "pg")
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("nothing was staged: %v", err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("staged files left after everything was bound: %v", left)
+	}
+	// A crash leaves staged files: the next reclocker sweeps them.
+	if err := os.WriteFile(filepath.Join(dir, "stray.arrow"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(ctx, st, "pg", frontier.DomainLSN, &recorder{t: t, st: st, source: "pg"}, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("stray staged files not swept: %v", left)
+	}
+}
+
+// TestStagedPartitioned: in a partitioned domain (MySQL GTIDs) staged
+// updates are staged per partition, and a binding releases those of the
+// partitions it is beyond, as held ones would be.
+func TestStagedPartitioned(t *testing.T) {
+	ctx := context.Background()
+	run := func(budget int64) []row {
+		st := openStore(t, t.TempDir())
+		clk := &clock{now: time.UnixMilli(4_000_000)}
+		out := &recorder{t: t, st: st, source: "my"}
+		rc, err := New(ctx, st, "my", frontier.DomainMySQL, out, Options{Now: clk.Now, Interval: time.Millisecond, MemoryBudget: budget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		// id%2 picks the partition: p0 at 3 and 9, p1 at 4.
+		rec := srcRecord(t, frontier.DomainMySQL, [3]int64{2, 3, 1}, [3]int64{1, 4, 1}, [3]int64{4, 9, 1})
+		if err := rc.Data(ctx, "public.t", rec); err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+		p0, p1 := partName(frontier.DomainMySQL, 0), partName(frontier.DomainMySQL, 1)
+		for _, f := range []map[string]uint64{{p0: 4, p1: 5}, {p0: 10, p1: 5}} {
+			clk.now = clk.now.Add(time.Second)
+			fr, err := frontier.New(frontier.DomainMySQL, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rc.SourceProgress(ctx, fr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if budget > 0 {
+			if _, err := os.Stat(filepath.Join(st.Dir(), "staged", "my")); err != nil {
+				t.Fatalf("nothing was staged: %v", err)
+			}
+			if left, _ := os.ReadDir(filepath.Join(st.Dir(), "staged", "my")); len(left) != 0 {
+				t.Fatalf("staged files left after everything was bound: %v", left)
+			}
+		}
+		slices.SortFunc(out.rows, func(a, b row) int { return cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.id, b.id)) })
+		return out.rows
+	}
+	held, staged := run(-1), run(1)
+	if !reflect.DeepEqual(held, staged) || len(held) != 3 || held[1].t != held[0].t || held[2].t == held[0].t {
+		t.Fatalf("staged %v, held %v", staged, held)
 	}
 }

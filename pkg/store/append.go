@@ -90,15 +90,10 @@ func (sh *Shard) Append(ctx context.Context, expectedUpper, newUpper uint64, rec
 	if newUpper <= expectedUpper {
 		return AppendResult{}, fmt.Errorf("append %s: new upper %d must be beyond the expected upper %d: %w", sh.what(), newUpper, expectedUpper, ErrInvalid)
 	}
-	m, err := sh.refresh(ctx)
+	m, gs, i, err := sh.genOfAppend(ctx, expectedUpper)
 	if err != nil {
 		return AppendResult{}, err
 	}
-	gs, err := sh.gensOf(m)
-	if err != nil {
-		return AppendResult{}, fmt.Errorf("append %s: %w", sh.what(), err)
-	}
-	i := genAt(gs, expectedUpper)
 	if i < 0 {
 		// Compaction removed the generation expectedUpper fell in, so it is
 		// below since: a replay whose durable part cannot be compared.
@@ -111,18 +106,42 @@ func (sh *Shard) Append(ctx context.Context, expectedUpper, newUpper uint64, rec
 	if newUpper > g.end {
 		return AppendResult{}, sh.mismatch(expectedUpper, m.Upper, fmt.Sprintf("the interval [%d, %d) crosses the start of the generation at %d; append up to %d, then from %d", expectedUpper, newUpper, g.end, g.end, g.end))
 	}
-	var in runs
+	in, err := sh.prepareAll(recs, expectedUpper, newUpper, g)
 	defer in.release()
+	if err != nil {
+		return AppendResult{}, err
+	}
+	return sh.appendData(ctx, expectedUpper, newUpper, in, g)
+}
+
+// prepareAll is prepareInput of every record, in generation g; the
+// caller releases the runs, also on error.
+func (sh *Shard) prepareAll(recs []arrow.Record, lower, upper uint64, g gen) (runs, error) {
+	var in runs
 	for _, rec := range recs {
-		r, err := sh.prepareInput(rec, expectedUpper, newUpper, g.start, g.sc)
+		r, err := sh.prepareInput(rec, lower, upper, g.start, g.sc)
 		if err != nil {
-			return AppendResult{}, err
+			return in, err
 		}
 		if r != nil {
 			in = append(in, r)
 		}
 	}
-	return sh.appendData(ctx, expectedUpper, newUpper, in, g)
+	return in, nil
+}
+
+// genOfAppend reads the manifest and returns its generations and the
+// index of the one in force at t (-1: compaction removed it).
+func (sh *Shard) genOfAppend(ctx context.Context, t uint64) (*Manifest, []gen, int, error) {
+	m, err := sh.refresh(ctx)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	gs, err := sh.gensOf(m)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("append %s: %w", sh.what(), err)
+	}
+	return m, gs, genAt(gs, t), nil
 }
 
 func (sh *Shard) mismatch(expected, actual uint64, reason string) *UpperMismatchError {
@@ -249,40 +268,48 @@ func (sh *Shard) casAppend(ctx context.Context, expected, newUpper uint64, ops c
 // appendData commits in (nil for none), in the schema of generation g,
 // over [expected, newUpper).
 func (sh *Shard) appendData(ctx context.Context, expected, newUpper uint64, in runs, g gen) (AppendResult, error) {
+	write := func() ([]BatchMeta, error) {
+		if len(in) == 0 {
+			return nil, nil
+		}
+		sorted, err := sh.sortConsolidate(in, g.sc)
+		if err != nil {
+			return nil, fmt.Errorf("append %s: %w", sh.what(), err)
+		}
+		if len(sorted) == 0 {
+			return nil, nil
+		}
+		metas, err := sh.writeRun(ctx, expected, newUpper, g.start, g.sc.batch, recordsOf(sorted...))
+		sorted.release()
+		if err != nil {
+			return nil, fmt.Errorf("append %s: %w", sh.what(), err)
+		}
+		return metas, nil
+	}
+	return sh.appendWith(ctx, expected, newUpper, g, len(in) > 0, write, func(m *Manifest) (AppendResult, error) {
+		return sh.replayData(ctx, m, expected, newUpper, in, g)
+	})
+}
+
+// appendWith commits the run write makes (hasRows: there may be one) in
+// the schema of generation g over [expected, newUpper); replay handles a
+// shard whose upper is beyond expected.
+func (sh *Shard) appendWith(ctx context.Context, expected, newUpper uint64, g gen, hasRows bool, write func() ([]BatchMeta, error), replay func(m *Manifest) (AppendResult, error)) (AppendResult, error) {
 	return sh.casAppend(ctx, expected, newUpper, casOps{
 		ready: func(m *Manifest) error {
 			// The upper is expected, so g must be the latest generation:
 			// a generation started meanwhile (NewGeneration does not move
-			// the upper) makes in belong to another one.
-			if gs := m.gens(); len(in) > 0 && gs[len(gs)-1].Start != g.start {
+			// the upper) makes the rows belong to another one.
+			if gs := m.gens(); hasRows && gs[len(gs)-1].Start != g.start {
 				return sh.mismatch(expected, m.Upper, fmt.Sprintf("a new generation started at %d meanwhile, and the batch was prepared for the generation from %d", gs[len(gs)-1].Start, g.start))
 			}
 			return nil
 		},
-		write: func() ([]BatchMeta, error) {
-			if len(in) == 0 {
-				return nil, nil
-			}
-			sorted, err := sh.sortConsolidate(in, g.sc)
-			if err != nil {
-				return nil, fmt.Errorf("append %s: %w", sh.what(), err)
-			}
-			if len(sorted) == 0 {
-				return nil, nil
-			}
-			metas, err := sh.writeRun(ctx, expected, newUpper, g.start, g.sc.batch, recordsOf(sorted...))
-			sorted.release()
-			if err != nil {
-				return nil, fmt.Errorf("append %s: %w", sh.what(), err)
-			}
-			return metas, nil
-		},
+		write: write,
 		apply: func(next *Manifest, batch []BatchMeta) {
 			next.Batches = append(next.Batches, batch...)
 		},
-		replay: func(m *Manifest) (AppendResult, error) {
-			return sh.replayData(ctx, m, expected, newUpper, in, g)
-		},
+		replay: replay,
 	})
 }
 

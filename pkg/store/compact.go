@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-
-	"github.com/apache/arrow/go/v17/arrow"
 )
 
 // CompactResult reports what a compaction of one shard did.
@@ -296,23 +294,9 @@ func (sh *Shard) mergeData(ctx context.Context, in []BatchMeta, since uint64, g 
 		return nil, 0, err
 	}
 	defer closeAll()
-	recs, stop, wait := mergeAsync(ctx, g.sc.user.Fields(), srcs, mergeOpts{hi: math.MaxUint64, advance: since}, func(rs *runSet, es []ent) arrow.Record {
-		return rs.build(g.sc.batch, es, true)
-	})
+	next, stop := mergeBatches(ctx, g.sc.user.Fields(), g.sc.batch, srcs, mergeOpts{hi: math.MaxUint64, advance: since})
 	defer stop()
-	var merged bool
-	var mergeRes error
-	out, err := sh.writeRun(ctx, lower, upper, g.start, g.sc.batch, func() (arrow.Record, error) {
-		if merged {
-			return nil, mergeRes
-		}
-		rec, ok := <-recs
-		if !ok {
-			merged, mergeRes = true, wait()
-			return nil, mergeRes
-		}
-		return rec, nil
-	})
+	out, err := sh.writeRun(ctx, lower, upper, g.start, g.sc.batch, next)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -149,6 +149,14 @@ func (d *directFile) setDirect(on bool) error {
 
 // Sync implements File.
 func (d *directFile) Sync() error {
+	if err := d.Flush(); err != nil {
+		return err
+	}
+	return d.File.Sync()
+}
+
+// Flush writes what is buffered (through the page cache), without a sync.
+func (d *directFile) Flush() error {
 	if d.err != nil {
 		return d.err
 	}
@@ -165,7 +173,7 @@ func (d *directFile) Sync() error {
 		}
 		d.n = 0
 	}
-	return d.File.Sync()
+	return nil
 }
 
 // Close implements File.

@@ -109,6 +109,11 @@ func writeTemp(fsys FS, dir, prefix string, data []byte) (string, error) {
 
 // writeTempWith is writeTemp with the contents written by fill.
 func writeTempWith(fsys FS, dir, prefix string, fill func(io.Writer) error) (_ string, err error) {
+	return writeTempSync(fsys, dir, prefix, true, fill)
+}
+
+// writeTempSync is writeTempWith, syncing the file only when sync is set.
+func writeTempSync(fsys FS, dir, prefix string, sync bool, fill func(io.Writer) error) (_ string, err error) {
 	f, err := fsys.CreateTemp(dir, tmpPrefix+prefix)
 	if err != nil {
 		return "", fmt.Errorf("create temp file: %w", err)
@@ -123,8 +128,15 @@ func writeTempWith(fsys FS, dir, prefix string, fill func(io.Writer) error) (_ s
 	if err := fill(f); err != nil {
 		return "", fmt.Errorf("write %s: %w", filepath.Base(path), err)
 	}
-	if err := f.Sync(); err != nil {
-		return "", fmt.Errorf("sync %s: %w", filepath.Base(path), err)
+	if sync {
+		if err := f.Sync(); err != nil {
+			return "", fmt.Errorf("sync %s: %w", filepath.Base(path), err)
+		}
+	} else if fl, ok := f.(interface{ Flush() error }); ok {
+		// Without a sync, what a direct file still buffers must be written.
+		if err := fl.Flush(); err != nil {
+			return "", fmt.Errorf("write %s: %w", filepath.Base(path), err)
+		}
 	}
 	if err := f.Close(); err != nil {
 		return "", fmt.Errorf("close %s: %w", filepath.Base(path), err)

@@ -188,7 +188,7 @@ func (sh *Shard) writeRun(ctx context.Context, lower, upper, genStart uint64, sc
 		}
 		pending = rec
 		var meta BatchMeta
-		tmp, err := writeTempWith(sh.st.fs, sh.dir, "batch-", func(w io.Writer) (err error) {
+		tmp, err := writeTempSync(sh.st.fs, sh.dir, "batch-", !sh.scratch, func(w io.Writer) (err error) {
 			meta.Bytes, meta.CRC32C, meta.Groups, err = encodeGroups(w, schema, timeCol, sh.st.fileBytes(), pull)
 			return err
 		})
@@ -208,6 +208,9 @@ func (sh *Shard) writeRun(ctx context.Context, lower, upper, genStart uint64, sc
 	}
 	if len(out) == 0 {
 		return nil, nil
+	}
+	if sh.scratch {
+		return out, nil
 	}
 	if err := sh.st.fs.SyncDir(sh.dir); err != nil {
 		return nil, fmt.Errorf("write batch: sync directory: %w", err)

@@ -361,6 +361,28 @@ func checkChanges(t testing.TB, ctx context.Context, sh *Shard, m *model, nuser 
 	if !equalUpds(got, want, true) {
 		t.Fatalf("changes (%d, %d]:\ngot\n%swant\n%s", t1, t2, fmtUpds(got), fmtUpds(want))
 	}
+	// StreamChanges hands over the same updates in the same order,
+	// sorted in memory or (chunks of 512 bytes) as staged runs.
+	for _, chunk := range []int64{changesChunkBytes, 512} {
+		var streamed []upd
+		started := 0
+		err := sh.streamChanges(ctx, t1, t2, chunk, func(s *arrow.Schema) error {
+			started++
+			if !s.Equal(rec.Schema()) {
+				t.Fatalf("stream changes (%d, %d]: schema %v, Changes' %v", t1, t2, s, rec.Schema())
+			}
+			return nil
+		}, func(r arrow.Record) error {
+			streamed = append(streamed, recordRows(t, r, nuser, true)...)
+			return nil
+		})
+		if err != nil || started != 1 {
+			t.Fatalf("stream changes (%d, %d], chunk %d: started %d times: %v", t1, t2, chunk, started, err)
+		}
+		if !equalUpds(streamed, got, true) {
+			t.Fatalf("stream changes (%d, %d], chunk %d:\ngot\n%sChanges\n%s", t1, t2, chunk, fmtUpds(streamed), fmtUpds(got))
+		}
+	}
 }
 
 // randSchema returns 1-4 columns of int64/utf8/float64, some nullable;

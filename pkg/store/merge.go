@@ -13,6 +13,10 @@ type mergeSrc struct {
 	// pend holds the rows not merged yet, in order.
 	pend []arrow.Record
 	done bool
+	// retime puts every row of the source at time at (staged rows, in
+	// source time until their binding); the row order stays.
+	retime bool
+	at     uint64
 }
 
 func (s *mergeSrc) load() error {
@@ -129,6 +133,11 @@ func mergeRuns(user []arrow.Field, srcs []*mergeSrc, o mergeOpts, emit func(rs *
 			}
 			runs(s.pend).release()
 			s.pend = rest
+			if s.retime {
+				for i := range es {
+					es[i].time = s.at
+				}
+			}
 			if o.advance > 0 {
 				// Monotone, so the list stays in (row, time) order.
 				for i := range es {
@@ -179,6 +188,28 @@ func (rs *runSet) cmpRowsAt(a, i, b, j int) int {
 	x := ent{run: uint32(a), row: uint32(i)}
 	y := ent{run: uint32(b), row: uint32(j)}
 	return rs.cmpCols(&x, &y, 0)
+}
+
+// mergeBatches merges srcs with o, consolidated per (row, time), into
+// records of the batch schema batch, as a record source for writeRun;
+// stop ends the merge early.
+func mergeBatches(ctx context.Context, user []arrow.Field, batch *arrow.Schema, srcs []*mergeSrc, o mergeOpts) (next func() (arrow.Record, error), stop func()) {
+	recs, stop, wait := mergeAsync(ctx, user, srcs, o, func(rs *runSet, es []ent) arrow.Record {
+		return rs.build(batch, es, true)
+	})
+	finished := false
+	var res error
+	return func() (arrow.Record, error) {
+		if finished {
+			return nil, res
+		}
+		rec, ok := <-recs
+		if !ok {
+			finished, res = true, wait()
+			return nil, res
+		}
+		return rec, nil
+	}, stop
 }
 
 // mergeAsync runs mergeRuns in its own goroutine, so that merging and the

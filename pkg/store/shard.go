@@ -35,6 +35,9 @@ type Shard struct {
 	// schemas caches the decoded schemas of generations by their encoding.
 	schemas map[string]*genSchemas
 	swept   bool
+	// scratch: files that a crash may lose (staged updates, which the
+	// source replays) are not synced.
+	scratch bool
 }
 
 // genSchemas are a generation's user schema and the schemas derived from
@@ -634,35 +637,11 @@ func (sh *Shard) ReadAsOf(ctx context.Context, t uint64) (arrow.Record, error) {
 // schema makes Changes fail with a *SchemaChangedError: read the changes
 // up to T-1, then as of T and the changes after it.
 func (sh *Shard) Changes(ctx context.Context, t1, t2 uint64) (arrow.Record, error) {
-	if sh.kind != kindData {
-		return nil, fmt.Errorf("changes of %s: a remap shard holds bindings; use Bindings: %w", sh.what(), ErrInvalid)
-	}
-	if t1 > t2 {
-		return nil, fmt.Errorf("changes of %s in (%d, %d]: the interval is empty (the start is after the end): %w", sh.what(), t1, t2, ErrInvalid)
-	}
 	var out arrow.Record
 	err := sh.readRetry(ctx, func(m *Manifest) error {
-		switch {
-		case m.Upper == 0 || t2 >= m.Upper:
-			return &NotReadableError{Collection: sh.name, Op: "changes of", Time: t2, Since: m.Since, Upper: m.Upper}
-		case t1 < m.Since:
-			return &NotReadableError{Collection: sh.name, Op: "changes of", Time: t1, Since: m.Since, Upper: m.Upper}
-		}
-		if err := sh.errorDuring(m, t1+1, t2); err != nil {
-			return err
-		}
-		gs, err := sh.gensOf(m)
+		gs, i1, i2, err := sh.changesGens(m, t1, t2)
 		if err != nil {
-			return fmt.Errorf("changes of %s: %w", sh.what(), err)
-		}
-		i1, i2 := genAt(gs, t1), genAt(gs, t2)
-		if i1 < 0 {
-			return &NotReadableError{Collection: sh.name, Op: "changes of", Time: t1, Since: m.Since, Upper: m.Upper}
-		}
-		for k := i1 + 1; k <= i2; k++ {
-			if !sameSchema(gs[k].sc.user, gs[k-1].sc.user) {
-				return &SchemaChangedError{Collection: sh.name, From: t1, To: t2, At: gs[k].start}
-			}
+			return err
 		}
 		rs, err := newRunSet(gs[i2].sc.user.Fields())
 		if err != nil {
@@ -700,6 +679,39 @@ func (sh *Shard) Changes(ctx context.Context, t1, t2 uint64) (arrow.Record, erro
 		return nil, err
 	}
 	return out, nil
+}
+
+// changesGens checks that the changes in (t1, t2] are readable in m and
+// returns m's generations and the indexes of those in force at t1 and t2.
+func (sh *Shard) changesGens(m *Manifest, t1, t2 uint64) (gs []gen, i1, i2 int, err error) {
+	if sh.kind != kindData {
+		return nil, 0, 0, fmt.Errorf("changes of %s: a remap shard holds bindings; use Bindings: %w", sh.what(), ErrInvalid)
+	}
+	if t1 > t2 {
+		return nil, 0, 0, fmt.Errorf("changes of %s in (%d, %d]: the interval is empty (the start is after the end): %w", sh.what(), t1, t2, ErrInvalid)
+	}
+	switch {
+	case m.Upper == 0 || t2 >= m.Upper:
+		return nil, 0, 0, &NotReadableError{Collection: sh.name, Op: "changes of", Time: t2, Since: m.Since, Upper: m.Upper}
+	case t1 < m.Since:
+		return nil, 0, 0, &NotReadableError{Collection: sh.name, Op: "changes of", Time: t1, Since: m.Since, Upper: m.Upper}
+	}
+	if err := sh.errorDuring(m, t1+1, t2); err != nil {
+		return nil, 0, 0, err
+	}
+	if gs, err = sh.gensOf(m); err != nil {
+		return nil, 0, 0, fmt.Errorf("changes of %s: %w", sh.what(), err)
+	}
+	i1, i2 = genAt(gs, t1), genAt(gs, t2)
+	if i1 < 0 {
+		return nil, 0, 0, &NotReadableError{Collection: sh.name, Op: "changes of", Time: t1, Since: m.Since, Upper: m.Upper}
+	}
+	for k := i1 + 1; k <= i2; k++ {
+		if !sameSchema(gs[k].sc.user, gs[k-1].sc.user) {
+			return nil, 0, 0, &SchemaChangedError{Collection: sh.name, From: t1, To: t2, At: gs[k].start}
+		}
+	}
+	return gs, i1, i2, nil
 }
 
 // sameSchema reports whether two user schemas are identical: fields
