@@ -58,6 +58,16 @@ import (
 // later re-snapshot (the next ALTER, or --resnapshot) clears it. An ALTER
 // while nothing of the collection has been held yet restarts the copy at
 // the same T.
+//
+// A table whose binlog events were not FULL has a key state in the
+// stream (replicate.StateTaker): its re-snapshot (at an ALTER, or a
+// table added again) is not rewound. The stream holds its changes as the
+// binlog has them; at the hand-over the collection is reset at T with
+// the copy as it is (at S), the state is read from the copy, and the
+// stream drops the held changes below S (in the copy) and hands the
+// others over through the state. Progress jumps from before T to beyond
+// S, so no binding falls in between and the collection is exact at every
+// binding time; what source times T..S map to is the copy.
 type mySink struct {
 	pipe.Sink
 	m   *MySQL
@@ -75,6 +85,38 @@ type mySink struct {
 	// add registers a collection found in the stream (a table created
 	// in a --tables db.* database).
 	add func(timeline string, c Collection) error
+	// restating: collections whose re-snapshot rebuilds the stream's key
+	// state (Restate); taken: the states rebuilt, until TakeState.
+	restating map[string]bool
+	taken     map[string]takenState
+}
+
+// takenState is a key state read from a copy at from, or a failed
+// re-snapshot (st nil).
+type takenState struct {
+	st   *replicate.KeyState
+	from frontier.Frontier
+}
+
+// Restate implements replicate.StateTaker.
+func (s *mySink) Restate(coll string) { s.restating[coll] = true }
+
+// TakeState implements replicate.StateTaker.
+func (s *mySink) TakeState(coll string) (*replicate.KeyState, frontier.Frontier, bool) {
+	t, ok := s.taken[coll]
+	if ok {
+		delete(s.taken, coll)
+	}
+	return t.st, t.from, ok
+}
+
+// unstate ends the restating of j's collection without a state (the
+// re-snapshot failed).
+func (s *mySink) unstate(j *myResnap) {
+	if s.restating[j.coll] {
+		delete(s.restating, j.coll)
+		s.taken[j.coll] = takenState{}
+	}
 }
 
 // myResnap is one re-snapshot of a collection at source time at.
@@ -149,6 +191,7 @@ func (s *mySink) stop(j *myResnap) {
 // abort ends j: the collection has a definite error from j.at.
 func (s *mySink) abort(j *myResnap, msg string) error {
 	s.stop(j)
+	s.unstate(j)
 	s.m.log.Warn("re-snapshot failed; the collection has a definite error from its time", "source", s.m.cfg.Source, "collection", j.coll, "at", gtidText(j.at), "error", msg)
 	return s.Sink.Error(j.coll, j.at, msg)
 }
@@ -207,6 +250,8 @@ func (s *mySink) Reset(coll string, at frontier.Time, schema *arrow.Schema) erro
 		if err := s.abort(j, fmt.Sprintf("%s was truncated at %s while it was re-snapshotted from %s; its contents in between are not known: re-snapshot it (rtrctl ingest --resnapshot %s)", coll, gtidText(at), gtidText(j.at), coll)); err != nil {
 			return err
 		}
+		delete(s.taken, coll) // the stream's state is empty from the reset on
+
 	}
 	return s.Sink.Reset(coll, at, schema)
 }
@@ -319,10 +364,15 @@ func (s *mySink) finish(j *myResnap) error {
 	log := s.m.log
 	if j.err != nil || j.copied == nil {
 		log.Warn("re-snapshot failed", "source", s.m.cfg.Source, "collection", j.coll, "error", j.err)
+		s.unstate(j)
 		return s.Sink.Error(j.coll, j.at, fmt.Sprintf("re-snapshot of %s at %s failed: %v; the collection stops here: re-snapshot it (rtrctl ingest --resnapshot %s)", j.coll, gtidText(j.at), j.err, j.coll))
 	}
 	if d := replicate.TableChange(j.table, j.copied); d != "" {
+		s.unstate(j)
 		return s.Sink.Error(j.coll, j.at, fmt.Sprintf("the columns of %s changed again while it was re-snapshotted from %s (%s); the collection stops here: re-snapshot it (rtrctl ingest --resnapshot %s)", j.coll, gtidText(j.at), d, j.coll))
+	}
+	if s.restating[j.coll] {
+		return s.finishKeyed(j)
 	}
 	if err := s.Sink.Reset(j.coll, j.at, arrow.NewSchema(j.copied.Fields(), nil)); err != nil {
 		return err
@@ -357,6 +407,50 @@ func (s *mySink) finish(j *myResnap) error {
 		}
 	}
 	log.Info("re-snapshot done", "source", s.m.cfg.Source, "collection", j.coll, "at", gtidText(j.at), "rows", copied, "rewound", rewound, "snapshot", j.snap)
+	return nil
+}
+
+// finishKeyed hands over j of a table with a key state: the reset at
+// j.at with the copy as it is, and the state of the copy for the stream,
+// which hands over the changes it held that the copy does not have.
+func (s *mySink) finishKeyed(j *myResnap) error {
+	delete(s.restating, j.coll)
+	st, err := replicate.NewMySQLKeyState(j.copied)
+	if err == nil {
+		st.ResetState()
+		for _, rec := range j.rows {
+			if err = st.AddState(rec); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			err = st.EndState()
+		}
+	}
+	if err != nil || len(j.held) > 0 {
+		s.taken[j.coll] = takenState{}
+		if err == nil {
+			err = fmt.Errorf("%d changes were held decoded", len(j.held))
+		}
+		return s.Sink.Error(j.coll, j.at, fmt.Sprintf("re-snapshot of %s at %s: its rows by primary key cannot be read from the copy: %v; the collection stops here: re-snapshot it (rtrctl ingest --resnapshot %s)", j.coll, gtidText(j.at), err, j.coll))
+	}
+	if err := s.Sink.Reset(j.coll, j.at, arrow.NewSchema(j.copied.Fields(), nil)); err != nil {
+		return err
+	}
+	var copied int64
+	for _, rec := range j.rows {
+		if err := retimedTo(s.Sink, j.coll, rec, nil, j.at, false); err != nil {
+			return err
+		}
+		copied += rec.NumRows()
+	}
+	s.taken[j.coll] = takenState{st: st, from: j.snap}
+	perKey := 0
+	if st.Len() > 0 {
+		perKey = st.Bytes() / st.Len()
+	}
+	s.m.log.Info("re-snapshot done", "source", s.m.cfg.Source, "collection", j.coll, "at", gtidText(j.at), "rows", copied, "snapshot", j.snap,
+		"keys", st.Len(), "bytes", st.Bytes(), "bytes_per_key", perKey)
 	return nil
 }
 

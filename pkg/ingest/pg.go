@@ -24,7 +24,6 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/jackc/pgx/v5"
@@ -320,24 +319,11 @@ func (p *PG) Resume(ctx context.Context, r Resume) error {
 		if err != nil {
 			return fmt.Errorf("rebuild key states: %w", err)
 		}
-		began := time.Now()
-		if r.Durable > 0 {
-			err := sh.ScanAsOf(ctx, r.Durable-1, st.ResetState, st.AddState)
-			if err == nil {
-				err = st.EndState()
-			}
-			if err != nil {
-				return hint.Wrap(fmt.Errorf("rebuild key states: %s as of %d: %w", name, r.Durable-1, err),
-					fmt.Sprintf("the key state of %s (replica identity %s) is read from the store; if the table's columns changed while the ingest was not running, snapshot it again in a new store", name, strings.ToUpper(id.Kind)))
-			}
+		if err := rebuildKeyState(ctx, p.log, r.Timeline, name, sh, r.Durable, st, "identity", id.Kind, "key", strings.Join(key, ",")); err != nil {
+			return hint.Wrap(fmt.Errorf("rebuild key states: %s as of %d: %w", name, r.Durable-1, err),
+				fmt.Sprintf("the key state of %s (replica identity %s) is read from the store; if the table's columns changed while the ingest was not running, snapshot it again in a new store", name, strings.ToUpper(id.Kind)))
 		}
 		p.states[name] = st
-		perKey := 0
-		if st.Len() > 0 {
-			perKey = st.Bytes() / st.Len()
-		}
-		p.log.Info("key state rebuilt from the store", "source", r.Timeline, "collection", name, "identity", id.Kind, "key", strings.Join(key, ","),
-			"keys", st.Len(), "bytes", st.Bytes(), "bytes_per_key", perKey, "as_of", max(r.Durable, 1)-1, "took", time.Since(began).Round(time.Millisecond).String())
 	}
 	return nil
 }

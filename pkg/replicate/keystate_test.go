@@ -292,9 +292,9 @@ func TestKeyStateMemory(t *testing.T) {
 		var row []byte
 		for i := range n {
 			row = row[:0]
-			row, _ = st.codec.AppendText(row, 0, fmt.Append(nil, i), false)
-			row, _ = st.codec.AppendText(row, 1, []byte("1000"), false)
-			row, _ = st.codec.AppendText(row, 2, []byte("sixteen bytes..."), false)
+			row, _ = st.pg.AppendText(row, 0, fmt.Append(nil, i), false)
+			row, _ = st.pg.AppendText(row, 1, []byte("1000"), false)
+			row, _ = st.pg.AppendText(row, 2, []byte("sixteen bytes..."), false)
 			key, err := st.keyOf(row)
 			if err != nil {
 				t.Fatal(err)

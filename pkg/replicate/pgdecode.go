@@ -72,7 +72,7 @@ type decoder struct {
 	dirty   []*relation     // relations with rows in their builders
 	// undo takes the key states back to what was emitted: the changes
 	// made since the last flush, in order (interrupted drops those rows).
-	undo []undoEntry
+	undo undoLog
 	row  []byte // scratch: an encoded row
 	key  []byte // scratch: an encoded key
 
@@ -97,13 +97,6 @@ type decoder struct {
 	skip    int
 
 	done bool // StopAt reached
-}
-
-// undoEntry is what one key had before a change not yet emitted.
-type undoEntry struct {
-	st       *KeyState
-	key, row string
-	had      bool
 }
 
 func newDecoder(sink pipe.Sink, mem memory.Allocator, resolve resolveFunc, keyState keyStateFunc, flushRows, flushBytes int, stopAt frontier.LSN) *decoder {
@@ -149,12 +142,7 @@ func (d *decoder) keepalive(walEnd frontier.LSN) error {
 // part of the open transaction that was emitted will be skipped when the
 // server sends it again.
 func (d *decoder) interrupted() {
-	for i := len(d.undo) - 1; i >= 0; i-- {
-		u := d.undo[i]
-		u.st.restore(u.key, u.row, u.had)
-	}
-	clear(d.undo)
-	d.undo = d.undo[:0]
+	d.undo.rollback()
 	for _, r := range d.dirty {
 		for _, a := range r.b.NewArrays() {
 			a.Release()
@@ -553,8 +541,7 @@ func (d *decoder) flush() error {
 	d.dirty = d.dirty[:0]
 	d.pendRow, d.pendB = 0, 0
 	d.emitted = d.seen
-	clear(d.undo)
-	d.undo = d.undo[:0]
+	d.undo.forget()
 	return nil
 }
 
