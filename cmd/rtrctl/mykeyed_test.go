@@ -265,6 +265,9 @@ func TestMySQLIngestMinimalImageTable(t *testing.T) {
 	if !regexp.MustCompile(`msg="key state rebuilt from the store".*collection=` + regexp.QuoteMeta(d.name) + `.r key=id,k keys=\d+ bytes=\d+ bytes_per_key=\d+`).MatchString(stderr) {
 		t.Errorf("the restarted ingest did not rebuild the key state of r from the store:\n%s", stderr)
 	}
+	if t.Failed() {
+		t.Logf("stderr of the last run:\n%s", stderr)
+	}
 	t.Logf("%d transactions, %d bindings exact, %d compared across the kill; %s", len(snaps), checked, len(before),
 		strings.Join(regexp.MustCompile(`msg="key state rebuilt from the store".*`).FindAllString(stderr, -1), " | "))
 }

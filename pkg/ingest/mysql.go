@@ -165,8 +165,7 @@ func (m *MySQL) Snapshot(ctx context.Context, _ string, collections []string, st
 // the stream's first transaction (mySink).
 func (m *MySQL) Stream(ctx context.Context, r StreamRequest) error {
 	id := m.cfg.Source
-	sink := &mySink{Sink: r.Sink, m: m, ctx: ctx, skip: m.skip, waiting: map[string]string{}, resnapped: map[string]bool{}, add: r.Add,
-		restating: map[string]bool{}, taken: map[string]takenState{}}
+	sink := &mySink{Sink: r.Sink, m: m, ctx: ctx, skip: m.skip, waiting: map[string]string{}, resnapped: map[string]bool{}, add: r.Add}
 	defer sink.close()
 	start := r.Start[id]
 	for _, c := range m.cfg.Resnapshot {
@@ -209,9 +208,14 @@ func (m *MySQL) Stream(ctx context.Context, r StreamRequest) error {
 			sink.waiting[c] = "columns changed while not followed: " + d
 		}
 	}
+	// A key state is the collection where the stream starts, in the
+	// columns it has there (the collection may be ahead, past an ALTER).
+	for c, st := range m.states {
+		known[c] = st.MySQLTable()
+	}
 	expect := func(c string) *arrow.Schema {
-		if _, ok := sink.waiting[c]; ok || r.Schema == nil || sink.resnapped[c] {
-			return nil // re-snapshotted: no data in the store's columns
+		if _, ok := sink.waiting[c]; ok || r.Schema == nil || sink.resnapped[c] || m.states[c] != nil {
+			return nil // re-snapshotted: no data in the store's columns; or known from its state
 		}
 		return r.Schema(c)
 	}

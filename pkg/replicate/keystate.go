@@ -137,6 +137,15 @@ func (s *KeyState) Table() *pgarrow.Table {
 	return s.pg.Table()
 }
 
+// MySQLTable is the MySQL or MariaDB table whose rows the state holds
+// (nil for a PostgreSQL one).
+func (s *KeyState) MySQLTable() *myarrow.Table {
+	if s.my == nil {
+		return nil
+	}
+	return s.my.Table()
+}
+
 // Collection is the collection whose rows the state holds.
 func (s *KeyState) Collection() string { return s.name }
 

@@ -340,26 +340,6 @@ func describeMyKey(st *KeyState, vals []any) string {
 	return "(" + strings.Join(names, ", ") + ")=(" + strings.Join(vs, ", ") + ")"
 }
 
-// StateTaker is implemented by a pipe.Sink that re-snapshots MySQL or
-// MariaDB collections in the stream (a TableChanger, a TableAdder) and
-// rebuilds the key state of a table that has one from the copy: the old
-// state does not describe the table from the re-snapshot on (its columns
-// changed). StreamMySQL calls Restate when the sink took a re-snapshot
-// of such a table (at the open transaction T), then holds the table's
-// changes as the binlog has them, and asks TakeState each time it would
-// report progress. Once the copy is handed over (the reset at T with the
-// copy's rows, at position from: every change from is beyond is in it),
-// TakeState returns the state of the copy's rows and done: the stream
-// drops the held changes from is beyond and hands over the others through
-// the state, before that progress. No binding falls between T and from
-// (progress is held before T until the copy is handed over), so the
-// collection is exact at every binding time. done with a nil state: the
-// re-snapshot failed (a definite error at T), and the held changes go.
-type StateTaker interface {
-	Restate(collection string)
-	TakeState(collection string) (st *KeyState, from frontier.Frontier, done bool)
-}
-
 // rawRows is a rows event held while its table's state is rebuilt.
 type rawRows struct {
 	at   frontier.Time
@@ -383,7 +363,7 @@ func (s *myStreamer) restate(mt *myTable) error {
 	if !ok {
 		return s.fail(mt, fmt.Sprintf("%s is re-snapshotted at %s, and its rows by key (binlog_row_image is not FULL) cannot be read from the copy by this stream; the collection stops here: %s", mt.t.QualifiedName(), s.txnGTID, keyedFix(mt.t.QualifiedName())))
 	}
-	taker.Restate(mt.t.QualifiedName())
+	taker.Restate(mt.t.QualifiedName(), nil)
 	mt.restating = true
 	return nil
 }
