@@ -311,18 +311,28 @@ func (f *myFixture) Layout(source string) ingesttest.Layout {
 func (f *myFixture) Caps() ingesttest.Caps { return ingesttest.Caps{Snapshot: true} }
 
 func (f *myFixture) Apply(ctx context.Context, sets []ingesttest.Set) ([]ingesttest.Pos, error) {
+	if err := f.writer(ctx); err != nil {
+		return nil, err
+	}
+	return f.applySQL(sets, nil)
+}
+
+// writer connects the writer's connection, unless it is there.
+func (f *myFixture) writer(ctx context.Context) error {
 	if f.conn == nil {
 		c, err := f.h.m.Connect(ctx, f.db)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		f.conn = c
 	}
-	qs := []string{"BEGIN"}
-	for _, s := range sets {
-		qs = append(qs, bankSQL(strings.TrimPrefix(s.Coll, f.db+"."), s))
-	}
-	qs = append(qs, "COMMIT", "SELECT @@last_gtid")
+	return nil
+}
+
+// run runs qs, a transaction ending in SELECT @@last_gtid, on the
+// writer's connection: every statement but BEGIN and COMMIT changes one
+// row. It returns the transaction's position.
+func (f *myFixture) run(qs []string) ([]ingesttest.Pos, error) {
 	var gtid string
 	for _, q := range qs {
 		r, err := f.conn.Execute(q)
@@ -388,9 +398,13 @@ func (f *myFixture) BreakCollection(t *testing.T, coll string) {
 	}
 	defer c.Close()
 	table := strings.TrimPrefix(coll, f.db+".")
-	// An ALTER TABLE is a re-snapshot; a change without the whole row
-	// (binlog_row_image not FULL for the session) breaks the collection.
-	for _, q := range []string{"SET SESSION binlog_row_image = 'MINIMAL'", "UPDATE " + table + " SET balance = balance + 1"} {
+	// An ALTER TABLE of the columns is a re-snapshot, and a change
+	// without the whole row (binlog_row_image not FULL for the session)
+	// of a table with a primary key is followed by key. Without a
+	// primary key MINIMAL logs whole rows, unless the table has a UNIQUE
+	// NOT NULL index: then the old row is that index's columns alone,
+	// which breaks the collection (keys are primary keys only).
+	for _, q := range []string{"ALTER TABLE " + table + " DROP PRIMARY KEY, ADD UNIQUE KEY (id)", "SET SESSION binlog_row_image = 'MINIMAL'", "UPDATE " + table + " SET balance = balance + 1"} {
 		if _, err := c.Execute(q); err != nil {
 			t.Fatal(err)
 		}

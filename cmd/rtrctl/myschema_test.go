@@ -28,7 +28,14 @@ func mySelectAll(t *testing.T, c *client.Conn, db, table string) map[string]int6
 		n, _ := r.GetString(i, 0)
 		sel = append(sel, "IFNULL(CAST("+myarrow.QuoteIdent(n)+" AS CHAR), '(null)')")
 	}
-	r, err = c.Execute("SELECT CONCAT_WS('|', " + strings.Join(sel, ", ") + ") FROM " + myarrow.QuoteIdent(db) + "." + myarrow.QuoteIdent(table))
+	return myCountRows(t, c, "SELECT CONCAT_WS('|', "+strings.Join(sel, ", ")+") FROM "+myarrow.QuoteIdent(db)+"."+myarrow.QuoteIdent(table))
+}
+
+// myCountRows runs q, a SELECT of one string column, and counts each
+// value.
+func myCountRows(t *testing.T, c *client.Conn, q string) map[string]int64 {
+	t.Helper()
+	r, err := c.Execute(q)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -489,6 +489,8 @@ type KillOptions struct {
 	// upstream, before its SIGTERM.
 	AfterKill  func(k int, dir string)
 	BeforeStop func(dir string)
+	// Stderr, if set, is given each run's stderr once it ended.
+	Stderr func(stderr string)
 }
 
 // KillReport is what a KillLoop checked.
@@ -566,6 +568,9 @@ func KillLoop(t *testing.T, h Harness, fx Fixture, o KillOptions) KillReport {
 			sampleAck()
 		}
 		p.Kill(t)
+		if o.Stderr != nil {
+			o.Stderr(p.Stderr())
+		}
 		sampleAck()
 		compare(fmt.Sprintf("after kill %d", k))
 		if o.AfterKill != nil {
@@ -589,6 +594,9 @@ func KillLoop(t *testing.T, h Harness, fx Fixture, o KillOptions) KillReport {
 	}
 	if code := p.Stop(t); code != 0 {
 		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.Stderr())
+	}
+	if o.Stderr != nil {
+		o.Stderr(p.Stderr())
 	}
 	t.Logf("caught up %s after the writer stopped", took.Round(time.Millisecond))
 	compare("after the last run")

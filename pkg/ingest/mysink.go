@@ -58,6 +58,16 @@ import (
 // later re-snapshot (the next ALTER, or --resnapshot) clears it. An ALTER
 // while nothing of the collection has been held yet restarts the copy at
 // the same T.
+//
+// A table whose binlog events were not FULL has a key state in the
+// stream (replicate.StateTaker): its re-snapshot (at an ALTER, or a
+// table added again) is not rewound. The stream holds its changes as the
+// binlog has them; at the hand-over the collection is reset at T with
+// the copy as it is (at S), the state is read from the copy, and the
+// stream drops the held changes below S (in the copy) and hands the
+// others over through the state. Progress jumps from before T to beyond
+// S, so no binding falls in between and the collection is exact at every
+// binding time; what source times T..S map to is the copy.
 type mySink struct {
 	pipe.Sink
 	m   *MySQL
@@ -74,7 +84,8 @@ type mySink struct {
 	resnapped map[string]bool
 	// add registers a collection found in the stream (a table created
 	// in a --tables db.* database).
-	add func(timeline string, c Collection) error
+	add         func(timeline string, c Collection) error
+	stateTaking // the stream's key states read from copies
 }
 
 // myResnap is one re-snapshot of a collection at source time at.
@@ -83,8 +94,11 @@ type myResnap struct {
 	at    frontier.Time
 	limit frontier.Frontier // the stream's progress before at
 	table *myarrow.Table    // as the stream decodes it from at on
-	why   string
-	held  []arrow.Record
+	// silent: the collection is durable past at already; the copy only
+	// gives the stream its key state (stateTaking.later).
+	silent bool
+	why    string
+	held   []arrow.Record
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -109,7 +123,7 @@ func (s *mySink) skipped(coll string, at frontier.Time) bool {
 
 // start re-snapshots coll at at; t is the stream's description of the
 // table from at on, before the stream's progress before at.
-func (s *mySink) start(coll string, at frontier.Time, before frontier.Frontier, t *myarrow.Table, why string) {
+func (s *mySink) start(coll string, at frontier.Time, before frontier.Frontier, t *myarrow.Table, why string) *myResnap {
 	ctx, cancel := context.WithCancel(s.ctx)
 	j := &myResnap{coll: coll, at: at, limit: before, table: t, why: why, cancel: cancel, done: make(chan struct{})}
 	s.jobs = append(s.jobs, j)
@@ -130,6 +144,7 @@ func (s *mySink) start(coll string, at frontier.Time, before frontier.Frontier, 
 		}
 		log.Debug("re-snapshot copied", "collection", coll, "took", time.Since(began), "snapshot", snap, "error", err)
 	}()
+	return j
 }
 
 // stop ends j without handing anything over.
@@ -149,6 +164,7 @@ func (s *mySink) stop(j *myResnap) {
 // abort ends j: the collection has a definite error from j.at.
 func (s *mySink) abort(j *myResnap, msg string) error {
 	s.stop(j)
+	s.unstate(j.coll)
 	s.m.log.Warn("re-snapshot failed; the collection has a definite error from its time", "source", s.m.cfg.Source, "collection", j.coll, "at", gtidText(j.at), "error", msg)
 	return s.Sink.Error(j.coll, j.at, msg)
 }
@@ -207,6 +223,8 @@ func (s *mySink) Reset(coll string, at frontier.Time, schema *arrow.Schema) erro
 		if err := s.abort(j, fmt.Sprintf("%s was truncated at %s while it was re-snapshotted from %s; its contents in between are not known: re-snapshot it (rtrctl ingest --resnapshot %s)", coll, gtidText(at), gtidText(j.at), coll)); err != nil {
 			return err
 		}
+		delete(s.taken, coll) // the stream's state is empty from the reset on
+
 	}
 	return s.Sink.Reset(coll, at, schema)
 }
@@ -215,8 +233,12 @@ func (s *mySink) Reset(coll string, at frontier.Time, schema *arrow.Schema) erro
 func (s *mySink) TableChanged(t *myarrow.Table, at frontier.Time, before frontier.Frontier, change string) (bool, error) {
 	coll := t.QualifiedName()
 	if s.skipped(coll, at) {
-		return true, nil // durable already, reset included
+		// Durable already, reset included; a table with a key state needs
+		// it read from a copy all the same.
+		s.later(coll, func() { s.start(coll, at, before, t, change).silent = true })
+		return true, nil
 	}
+	s.later(coll, nil)
 	delete(s.waiting, coll) // this one re-snapshots it
 	if j := s.job(coll); j != nil {
 		if len(j.held) == 0 {
@@ -319,10 +341,15 @@ func (s *mySink) finish(j *myResnap) error {
 	log := s.m.log
 	if j.err != nil || j.copied == nil {
 		log.Warn("re-snapshot failed", "source", s.m.cfg.Source, "collection", j.coll, "error", j.err)
+		s.unstate(j.coll)
 		return s.Sink.Error(j.coll, j.at, fmt.Sprintf("re-snapshot of %s at %s failed: %v; the collection stops here: re-snapshot it (rtrctl ingest --resnapshot %s)", j.coll, gtidText(j.at), j.err, j.coll))
 	}
 	if d := replicate.TableChange(j.table, j.copied); d != "" {
+		s.unstate(j.coll)
 		return s.Sink.Error(j.coll, j.at, fmt.Sprintf("the columns of %s changed again while it was re-snapshotted from %s (%s); the collection stops here: re-snapshot it (rtrctl ingest --resnapshot %s)", j.coll, gtidText(j.at), d, j.coll))
+	}
+	if _, ok := s.restating[j.coll]; ok {
+		return s.finishKeyed(j)
 	}
 	if err := s.Sink.Reset(j.coll, j.at, arrow.NewSchema(j.copied.Fields(), nil)); err != nil {
 		return err
@@ -357,6 +384,38 @@ func (s *mySink) finish(j *myResnap) error {
 		}
 	}
 	log.Info("re-snapshot done", "source", s.m.cfg.Source, "collection", j.coll, "at", gtidText(j.at), "rows", copied, "rewound", rewound, "snapshot", j.snap)
+	return nil
+}
+
+// finishKeyed hands over j of a table with a key state: the reset at
+// j.at with the copy as it is, and the state of the copy for the stream,
+// which hands over the changes it held that the copy does not have.
+func (s *mySink) finishKeyed(j *myResnap) error {
+	st, err := replicate.NewMySQLKeyState(j.copied)
+	if err == nil {
+		err = fillState(st, j.rows)
+	}
+	if err != nil || len(j.held) > 0 {
+		s.give(j.coll, nil, frontier.Frontier{})
+		if err == nil {
+			err = fmt.Errorf("%d changes were held decoded", len(j.held))
+		}
+		return s.Sink.Error(j.coll, j.at, fmt.Sprintf("re-snapshot of %s at %s: its rows by primary key cannot be read from the copy: %v; the collection stops here: re-snapshot it (rtrctl ingest --resnapshot %s)", j.coll, gtidText(j.at), err, j.coll))
+	}
+	var copied int64
+	if !j.silent {
+		if err := s.Sink.Reset(j.coll, j.at, arrow.NewSchema(j.copied.Fields(), nil)); err != nil {
+			return err
+		}
+		for _, rec := range j.rows {
+			if err := retimedTo(s.Sink, j.coll, rec, j.at, false); err != nil {
+				return err
+			}
+			copied += rec.NumRows()
+		}
+	}
+	s.give(j.coll, st, j.snap)
+	s.m.log.Info("re-snapshot done", append([]any{"source", s.m.cfg.Source, "collection", j.coll, "at", gtidText(j.at), "rows", copied, "snapshot", j.snap}, stateAttrs(st)...)...)
 	return nil
 }
 

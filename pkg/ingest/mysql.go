@@ -2,9 +2,11 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 
 	"github.com/rtrctl/rtrctl/internal/arrowutil"
 	"github.com/rtrctl/rtrctl/internal/hint"
+	"github.com/rtrctl/rtrctl/internal/retry"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 	"github.com/rtrctl/rtrctl/pkg/myarrow"
@@ -65,6 +68,14 @@ type MySQL struct {
 	// skip is, per collection ahead of the stream's start (Resume), the
 	// source frontier below which its updates are durable already.
 	skip map[string]frontier.Frontier
+	// Key states (replicate.KeyState) of the collections whose binlog
+	// events were found not FULL (needState: the stream asked for one,
+	// which the next Resume rebuilds from the store, for the rest of the
+	// run), until the stream takes them; errored are the collections
+	// with a definite error.
+	needState map[string]bool
+	states    map[string]*replicate.KeyState
+	errored   map[string]bool
 }
 
 // NewMySQL returns the MySQL/MariaDB source of cfg.
@@ -76,7 +87,7 @@ func NewMySQL(cfg MySQLConfig) *MySQL {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &MySQL{cfg: cfg, log: log, nudge: make(chan struct{}, 1)}
+	return &MySQL{cfg: cfg, log: log, nudge: make(chan struct{}, 1), needState: map[string]bool{}}
 }
 
 // Open implements Source.
@@ -197,17 +208,47 @@ func (m *MySQL) Stream(ctx context.Context, r StreamRequest) error {
 			sink.waiting[c] = "columns changed while not followed: " + d
 		}
 	}
+	// A key state is the collection where the stream starts, in the
+	// columns it has there (the collection may be ahead, past an ALTER).
+	for c, st := range m.states {
+		known[c] = st.MySQLTable()
+	}
 	expect := func(c string) *arrow.Schema {
-		if _, ok := sink.waiting[c]; ok || r.Schema == nil || sink.resnapped[c] {
-			return nil // re-snapshotted: no data in the store's columns
+		if _, ok := sink.waiting[c]; ok || r.Schema == nil || sink.resnapped[c] || m.states[c] != nil {
+			return nil // re-snapshotted: no data in the store's columns; or known from its state
 		}
 		return r.Schema(c)
 	}
-	return replicate.StreamMySQL(ctx, replicate.MySQLConfig{
+	err := replicate.StreamMySQL(ctx, replicate.MySQLConfig{
 		Upstream: m.cfg.Upstream, Tables: m.tables, Known: known, Expect: expect, StartFrontier: start, Source: id,
 		HeartbeatPeriod: m.cfg.HeartbeatPeriod, Nudge: m.nudge, Logger: m.log, OnSession: m.cfg.OnSession, RetryFor: r.RetryFor,
-		Limit: sink.limit,
+		Limit: sink.limit, KeyState: m.keyState, States: m.states,
 	}, sink)
+	if ne, ok := errors.AsType[*myNeedStateError](err); ok {
+		// Resume again, with this collection's rows read from the store.
+		m.needState[ne.collection] = true
+		return retry.Soon(err, 0)
+	}
+	return err
+}
+
+// myNeedStateError: an event of a collection without a key state was not
+// FULL.
+type myNeedStateError struct{ collection string }
+
+func (e *myNeedStateError) Error() string {
+	return fmt.Sprintf("a change of %s in the binlog does not carry every column (binlog_row_image MINIMAL or NOBLOB), and its rows by key were not read from the store: resuming again to read them", e.collection)
+}
+
+// keyState is the stream's replicate.MySQLConfig.KeyState, for a
+// collection that started without a state (MySQLConfig.States has those
+// Resume rebuilt): a resume to rebuild one.
+func (m *MySQL) keyState(t *myarrow.Table) (*replicate.KeyState, error) {
+	name := t.QualifiedName()
+	if m.errored[name] || m.needState[name] || !slices.Contains(m.tables, name) {
+		return nil, nil // asked already (or no shard): the stream stops the collection
+	}
+	return nil, &myNeedStateError{collection: name}
 }
 
 // schemaChange says how the columns got differ from want: names, types
@@ -240,6 +281,37 @@ func (m *MySQL) Resume(ctx context.Context, r Resume) error {
 		if u := sh.Upper(); u > r.Durable {
 			m.skip[name] = durableFrontier(r.Bindings, u, m.domain)
 		}
+	}
+	// The key state of every collection whose binlog events were found
+	// not FULL: the collection as of where the stream starts again, in
+	// the columns the stream decodes it with from there.
+	m.states, m.errored = map[string]*replicate.KeyState{}, r.Errored
+	for _, name := range slices.Sorted(maps.Keys(m.needState)) {
+		sh, cur := r.Shards[name], m.schemas[name]
+		if sh == nil || cur == nil || r.Errored[name] || len(cur.PrimaryKey) == 0 {
+			continue // the stream stops it
+		}
+		t := cur
+		if sc := sh.SchemaAt(max(r.Durable, 1) - 1); sc != nil && schemaChange(sc.Fields(), cur.Fields()) != "" {
+			old, err := myarrow.TableFromFields(cur.Schema, cur.Name, sc.Fields(), cur)
+			if err != nil {
+				continue // re-snapshotted at the start: the stream stops it
+			}
+			t = old
+		}
+		st, err := replicate.NewMySQLKeyState(t)
+		if err != nil {
+			return fmt.Errorf("rebuild key states: %w", err)
+		}
+		var key []string
+		for _, i := range t.PrimaryKey {
+			key = append(key, t.Columns[i].Name)
+		}
+		if err := rebuildKeyState(ctx, m.log, r.Timeline, name, sh, r.Durable, st, "key", strings.Join(key, ",")); err != nil {
+			return hint.Wrap(fmt.Errorf("rebuild key states: %s as of %d: %w", name, max(r.Durable, 1)-1, err),
+				fmt.Sprintf("the rows of %s by primary key (its binlog events are not FULL) are read from the store; set binlog_row_image = FULL, or snapshot it again in a new store", name))
+		}
+		m.states[name] = st
 	}
 	return nil
 }

@@ -24,12 +24,12 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/rtrctl/rtrctl/internal/arrowutil"
 	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/internal/retry"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
@@ -85,6 +85,10 @@ type PG struct {
 	// (replicate.KeyState), rebuilt from the store by Resume.
 	states  map[string]*replicate.KeyState
 	errored map[string]bool
+	// later are the states to build when the stream describes their
+	// tables (streamCtx is the stream's context).
+	later     map[string]laterState
+	streamCtx context.Context
 	// needState are collections that a stream found not FULL while they
 	// had no key state (the identity changed after Resume): the next
 	// Resume builds theirs whatever the catalog says.
@@ -245,6 +249,7 @@ func (p *PG) Stream(ctx context.Context, r StreamRequest) error {
 		sink.start(c, max(startLSN, p.skip[c]), t, "--resnapshot")
 	}
 	p.cfg.Resnapshot = nil             // once per run, not once per attempt
+	p.streamCtx = ctx
 	catalog, repl := p.catalog, p.repl // StreamPG's from now on
 	p.catalog, p.repl = nil, nil
 	if repl != nil && startLSN != 0 {
@@ -286,6 +291,15 @@ func (e *needStateError) Error() string {
 // keyState is the stream's replicate.PGConfig.KeyState.
 func (p *PG) keyState(t *pgarrow.Table) (*replicate.KeyState, error) {
 	name := t.QualifiedName()
+	if l, ok := p.later[name]; ok {
+		// In the columns the stream has the table in.
+		delete(p.later, name)
+		st, err := l.build(p.streamCtx, p, t)
+		if err != nil {
+			return nil, err
+		}
+		p.states[name] = st
+	}
 	if st := p.states[name]; st != nil || !p.tables[name] || p.errored[name] || t.ReplicaIdentity == "full" {
 		return st, nil
 	}
@@ -301,7 +315,7 @@ func (p *PG) keyState(t *pgarrow.Table) (*replicate.KeyState, error) {
 // collection is durable at (the stream starts again from there), folded
 // a batch at a time.
 func (p *PG) Resume(ctx context.Context, r Resume) error {
-	p.states, p.errored = map[string]*replicate.KeyState{}, r.Errored
+	p.states, p.errored, p.later = map[string]*replicate.KeyState{}, r.Errored, map[string]laterState{}
 	// A collection committed beyond the common start (a crash between
 	// two collections' commits) replays nothing: its updates below its
 	// own durable frontier are dropped rather than verified, so that a
@@ -357,30 +371,43 @@ func (p *PG) Resume(ctx context.Context, r Resume) error {
 				key = append(key, c.Name)
 			}
 		}
-		st, err := replicate.NewKeyState(t, key)
-		if err != nil {
-			return fmt.Errorf("rebuild key states: %w", err)
+		l := laterState{timeline: r.Timeline, name: name, sh: sh, durable: r.Durable, kind: id.Kind, key: key}
+		if sc := sh.SchemaAt(max(r.Durable, 1) - 1); sc != nil && arrowutil.FieldsChange(sc.Fields(), t.Fields()) != "" {
+			// The store has it in other columns there (killed while it
+			// was re-snapshotted): built when the stream describes it.
+			p.later[name] = l
+			continue
 		}
-		began := time.Now()
-		if r.Durable > 0 {
-			err := sh.ScanAsOf(ctx, r.Durable-1, st.ResetState, st.AddState)
-			if err == nil {
-				err = st.EndState()
-			}
-			if err != nil {
-				return hint.Wrap(fmt.Errorf("rebuild key states: %s as of %d: %w", name, r.Durable-1, err),
-					fmt.Sprintf("the key state of %s (replica identity %s) is read from the store; if the table's columns changed while the ingest was not running, snapshot it again in a new store", name, strings.ToUpper(id.Kind)))
-			}
+		st, err := l.build(ctx, p, t)
+		if err != nil {
+			return err
 		}
 		p.states[name] = st
-		perKey := 0
-		if st.Len() > 0 {
-			perKey = st.Bytes() / st.Len()
-		}
-		p.log.Info("key state rebuilt from the store", "source", r.Timeline, "collection", name, "identity", id.Kind, "key", strings.Join(key, ","),
-			"keys", st.Len(), "bytes", st.Bytes(), "bytes_per_key", perKey, "as_of", max(r.Durable, 1)-1, "took", time.Since(began).Round(time.Millisecond).String())
 	}
 	return nil
+}
+
+// laterState is what rebuilding a key state from the store takes.
+type laterState struct {
+	timeline, name string
+	sh             *store.Shard
+	durable        uint64
+	kind           string
+	key            []string
+}
+
+// build reads the state of l's collection as of l.durable-1, its table
+// described as t.
+func (l laterState) build(ctx context.Context, p *PG, t *pgarrow.Table) (*replicate.KeyState, error) {
+	st, err := replicate.NewKeyState(t, l.key)
+	if err != nil {
+		return nil, fmt.Errorf("rebuild key states: %w", err)
+	}
+	if err := rebuildKeyState(ctx, p.log, l.timeline, l.name, l.sh, l.durable, st, "identity", l.kind, "key", strings.Join(l.key, ",")); err != nil {
+		return nil, hint.Wrap(fmt.Errorf("rebuild key states: %s as of %d: %w", l.name, max(l.durable, 1)-1, err),
+			fmt.Sprintf("the key state of %s (replica identity %s) is read from the store; if the table's columns changed while the ingest was not running, snapshot it again in a new store", l.name, strings.ToUpper(l.kind)))
+	}
+	return st, nil
 }
 
 // Nudge implements Nudger: a standby status update with reply requested.

@@ -19,6 +19,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
+	"github.com/rtrctl/rtrctl/pkg/replicate"
 	"github.com/rtrctl/rtrctl/pkg/snapshot"
 	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
@@ -49,6 +50,16 @@ import (
 //
 // The copy and the held changes are in memory until the reset is handed
 // over (the bounded-memory work stages them).
+//
+// A table with a key state (replica identity DEFAULT or USING INDEX:
+// replicate.StateTaker) is not rewound: the changes held between T and S
+// have no old rows in the new columns. The stream holds its changes as
+// pgoutput sent them; at the hand-over the collection is reset at T with
+// the copy as it is (at S), the state is read from the copy, and the
+// stream drops the held changes below S (in the copy) and hands the
+// others over through the state. Progress jumps from T to beyond S, so
+// no binding falls in between and the collection is exact at every
+// binding time.
 type pgSink struct {
 	pipe.Sink
 	p    *PG
@@ -72,6 +83,8 @@ type pgSink struct {
 	pollCap frontier.LSN
 	polled  bool
 	removed map[string]bool // tables removed, given their error
+
+	stateTaking // the stream's key states read from copies
 }
 
 // pollInterval is how often the publication's tables are read; pollHeld
@@ -88,7 +101,10 @@ type resnap struct {
 	at    frontier.LSN
 	table *pgarrow.Table // as the stream describes it from at on
 	why   string
-	held  []arrow.Record // the collection's changes after at, in order
+	// silent: the collection is durable past at already; the copy only
+	// gives the stream its key state (stateTaking.later).
+	silent bool
+	held   []arrow.Record // the collection's changes after at, in order
 	// limit is how far progress may go while it runs: at, or for a table
 	// added to the publication the position of the poll before the one
 	// that found it (before the change), so that the first binding past
@@ -131,6 +147,7 @@ func (s *pgSink) start(coll string, at frontier.LSN, t *pgarrow.Table, why strin
 		c := &collectSink{}
 		lsn, tabs, err := snapshot.Copy(ctx, snapshot.Config{
 			Upstream: s.p.cfg.Upstream, Publication: s.p.cfg.Publication, Tables: []string{coll}, Logger: s.p.log,
+			KeyedIdentity: true, // a table with a key state: read into one (finishKeyed)
 		}, c)
 		j.rows, j.snapLSN, j.err = c.recs, lsn, err
 		if err == nil && len(tabs) == 1 {
@@ -147,6 +164,7 @@ func (s *pgSink) abort(j *resnap, msg string) error {
 	j.cancel()
 	<-j.done
 	j.release()
+	s.unstate(j.coll)
 	s.p.log.Warn("re-snapshot failed; the collection has a definite error from its time", "source", s.p.cfg.Source, "collection", j.coll, "at", j.at, "error", msg)
 	return s.Sink.Error(j.coll, frontier.Time{Pos: uint64(j.at)}, msg)
 }
@@ -226,6 +244,7 @@ func (s *pgSink) Reset(coll string, at frontier.Time, schema *arrow.Schema) erro
 		if err := s.abort(j, fmt.Sprintf("%s was truncated at %s while it was re-snapshotted from %s; its contents in between are not known", coll, frontier.LSN(at.Pos), j.at)); err != nil {
 			return err
 		}
+		delete(s.taken, coll) // the stream's state is empty from the reset on
 	}
 	return s.Sink.Reset(coll, at, schema)
 }
@@ -514,10 +533,15 @@ func (s *pgSink) finish(j *resnap) error {
 	if j.err != nil || j.copied == nil {
 		msg := fmt.Sprintf("re-snapshot of %s at %s failed: %v; the collection stops here: run the ingest with --resnapshot %s", j.coll, j.at, j.err, j.coll)
 		s.p.log.Warn("re-snapshot failed", "source", s.p.cfg.Source, "collection", j.coll, "error", j.err)
+		s.unstate(j.coll)
 		return s.Sink.Error(j.coll, at, msg)
 	}
 	if d := arrowutil.FieldsChange(j.table.Fields(), j.copied.Fields()); d != "" {
+		s.unstate(j.coll)
 		return s.Sink.Error(j.coll, at, fmt.Sprintf("the columns of %s changed again while it was re-snapshotted from %s (%s); the collection stops here until the stream shows the change", j.coll, j.at, d))
+	}
+	if key, ok := s.restating[j.coll]; ok {
+		return s.finishKeyed(j, key)
 	}
 	if err := s.Sink.Reset(j.coll, at, arrow.NewSchema(j.copied.Fields(), nil)); err != nil {
 		return err
@@ -551,6 +575,41 @@ func (s *pgSink) finish(j *resnap) error {
 	return nil
 }
 
+// finishKeyed hands over j of a table with a key state (by the columns
+// key): the reset at j.at with the copy as it is, and the state of the
+// copy for the stream, which hands over the changes it held that the
+// copy does not have.
+func (s *pgSink) finishKeyed(j *resnap, key []string) error {
+	at := frontier.Time{Pos: uint64(j.at)}
+	st, err := replicate.NewKeyState(j.copied, key)
+	if err == nil {
+		err = fillState(st, j.rows)
+	}
+	if err == nil && len(j.held) > 0 {
+		err = fmt.Errorf("%d changes were held decoded", len(j.held))
+	}
+	if err != nil {
+		s.give(j.coll, nil, frontier.Frontier{})
+		return s.Sink.Error(j.coll, at, fmt.Sprintf("re-snapshot of %s at %s: its rows by key cannot be read from the copy: %v; the collection stops here: run ALTER TABLE %s REPLICA IDENTITY FULL, then the ingest with --resnapshot %s",
+			j.coll, j.at, err, j.copied.QuotedName(), j.coll))
+	}
+	var copied int64
+	if !j.silent {
+		if err := s.Sink.Reset(j.coll, at, arrow.NewSchema(j.copied.Fields(), nil)); err != nil {
+			return err
+		}
+		for _, rec := range j.rows {
+			if err := retimedTo(s.Sink, j.coll, rec, at, false); err != nil {
+				return err
+			}
+			copied += rec.NumRows()
+		}
+	}
+	s.give(j.coll, st, frontier.Single(frontier.DomainLSN, uint64(j.snapLSN)))
+	s.p.log.Info("re-snapshot done", append([]any{"source", s.p.cfg.Source, "collection", j.coll, "at", j.at, "rows", copied, "snapshot_lsn", j.snapLSN}, stateAttrs(st)...)...)
+	return nil
+}
+
 // RelationChanged implements replicate.RelationChanger: a collection
 // this run ingests is re-snapshotted from the change on.
 func (s *pgSink) RelationChanged(t *pgarrow.Table, at frontier.LSN, change string) (bool, error) {
@@ -559,8 +618,12 @@ func (s *pgSink) RelationChanged(t *pgarrow.Table, at frontier.LSN, change strin
 		return false, nil
 	}
 	if s.skipped(coll, at) {
-		return true, nil // durable already, reset included
+		// Durable already, reset included; a table with a key state needs
+		// it read from a copy all the same.
+		s.later(coll, func() { s.start(coll, at, t, change).silent = true })
+		return true, nil
 	}
+	s.later(coll, nil)
 	if j := s.job(coll); j != nil {
 		if err := s.abort(j, fmt.Sprintf("%s at %s while %s was re-snapshotted from %s", change, at, coll, j.at)); err != nil {
 			return false, err

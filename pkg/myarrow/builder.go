@@ -119,12 +119,17 @@ func (rb *RowBuilder) append(vals []any, t uint64, diff int64, partition string,
 	for i, v := range conv {
 		rb.appendConv(i, v)
 	}
+	rb.appendTime(t, diff, partition)
+	return nil
+}
+
+// appendTime ends a row: its _time, _diff and _partition.
+func (rb *RowBuilder) appendTime(t uint64, diff int64, partition string) {
 	n := len(rb.t.Columns)
 	rb.b.Field(n).(*array.Uint64Builder).Append(t)
 	rb.b.Field(n + 1).(*array.Int64Builder).Append(diff)
 	rb.b.Field(n + 2).(*array.StringBuilder).Append(partition)
 	rb.rows++
-	return nil
 }
 
 func (rb *RowBuilder) appendConv(i int, v any) {

@@ -71,6 +71,11 @@ type Column struct {
 	Charset *Charset
 	// Type is the Arrow type.
 	Type arrow.DataType
+	// HasDefault says whether the column has a default: NULL
+	// (DefaultNull), an expression (DefaultExpr, its text in Default)
+	// or the literal Default, unquoted (DefaultValue converts it).
+	HasDefault, DefaultNull, DefaultExpr bool
+	Default                              string
 }
 
 // Table is a MySQL table as rtrctl sees it.
@@ -162,7 +167,7 @@ func LoadTable(ctx context.Context, conn *client.Conn, db, table string) (*Table
 	t.Rows, _ = r.GetInt(0, 2)
 	r, err = conn.Execute(`SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE,
 		IFNULL(NUMERIC_PRECISION, 0), IFNULL(NUMERIC_SCALE, 0), IFNULL(CHARACTER_SET_NAME, ''),
-		IFNULL(CHARACTER_OCTET_LENGTH, 0), IFNULL(EXTRA, '')
+		IFNULL(CHARACTER_OCTET_LENGTH, 0), IFNULL(EXTRA, ''), COLUMN_DEFAULT IS NULL, IFNULL(COLUMN_DEFAULT, '')
 		FROM information_schema.COLUMNS WHERE `+whereTable+` ORDER BY ORDINAL_POSITION`, db, table, db, table)
 	if err != nil {
 		return nil, fmt.Errorf("describe %s: %w", name, err)
@@ -185,6 +190,9 @@ func LoadTable(ctx context.Context, conn *client.Conn, db, table string) (*Table
 		if err := c.resolve(int(prec), int(scale), cs, int(octets)); err != nil {
 			return nil, fmt.Errorf("describe %s: %w", name, err)
 		}
+		noDefault, _ := r.GetInt(i, 9)
+		def, _ := r.GetString(i, 10)
+		c.readDefault(def, noDefault == 1, extra)
 		t.Columns = append(t.Columns, c)
 	}
 	served := map[string]*Charset{}

@@ -2,13 +2,13 @@ package pgarrow
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
-	"github.com/apache/arrow/go/v17/arrow/decimal128"
+
+	"github.com/rtrctl/rtrctl/internal/rowenc"
 )
 
 // RowCodec encodes the column values of a table's rows as bytes, from
@@ -129,67 +129,10 @@ func (c *RowCodec) AppendArrow(dst []byte, i int, arr arrow.Array, j int) ([]byt
 	if !arrow.TypeEqual(arr.DataType(), c.cols[i].typ) {
 		return dst, fmt.Errorf("column %s: array of %s, want %s", c.table.Columns[i].Name, arr.DataType(), c.cols[i].typ)
 	}
-	return appendArrow(dst, arr, j)
+	return rowenc.AppendArrow(dst, arr, j)
 }
 
-func appendArrow(dst []byte, arr arrow.Array, j int) ([]byte, error) {
-	if arr.IsNull(j) {
-		return append(dst, 0), nil
-	}
-	dst = append(dst, 1)
-	le := binary.LittleEndian
-	switch a := arr.(type) {
-	case *array.Boolean:
-		if a.Value(j) {
-			return append(dst, 1), nil
-		}
-		return append(dst, 0), nil
-	case *array.Int16:
-		return le.AppendUint16(dst, uint16(a.Value(j))), nil
-	case *array.Int32:
-		return le.AppendUint32(dst, uint32(a.Value(j))), nil
-	case *array.Uint32:
-		return le.AppendUint32(dst, a.Value(j)), nil
-	case *array.Date32:
-		return le.AppendUint32(dst, uint32(a.Value(j))), nil
-	case *array.Int64:
-		return le.AppendUint64(dst, uint64(a.Value(j))), nil
-	case *array.Time64:
-		return le.AppendUint64(dst, uint64(a.Value(j))), nil
-	case *array.Timestamp:
-		return le.AppendUint64(dst, uint64(a.Value(j))), nil
-	case *array.Float32:
-		return le.AppendUint32(dst, math.Float32bits(a.Value(j))), nil
-	case *array.Float64:
-		return le.AppendUint64(dst, math.Float64bits(a.Value(j))), nil
-	case *array.Decimal128:
-		d := a.Value(j)
-		return le.AppendUint64(le.AppendUint64(dst, d.LowBits()), uint64(d.HighBits())), nil
-	case *array.MonthDayNanoInterval:
-		iv := a.Value(j)
-		dst = le.AppendUint32(le.AppendUint32(dst, uint32(iv.Months)), uint32(iv.Days))
-		return le.AppendUint64(dst, uint64(iv.Nanoseconds)), nil
-	case *array.String:
-		s := a.Value(j)
-		return append(binary.AppendUvarint(dst, uint64(len(s))), s...), nil
-	case *array.Binary:
-		b := a.Value(j)
-		return append(binary.AppendUvarint(dst, uint64(len(b))), b...), nil
-	case *array.List:
-		lo, hi := a.ValueOffsets(j)
-		dst = binary.AppendUvarint(dst, uint64(hi-lo))
-		var err error
-		for k := lo; k < hi; k++ {
-			if dst, err = appendArrow(dst, a.ListValues(), int(k)); err != nil {
-				return dst, err
-			}
-		}
-		return dst, nil
-	}
-	return dst, fmt.Errorf("encode row: unexpected array type %s", arr.DataType())
-}
-
-var errEncoded = errors.New("malformed encoded row")
+var errEncoded = rowenc.ErrEncoded
 
 // Len returns the length of the encoding of column i at the start of b.
 func (c *RowCodec) Len(b []byte, i int) (int, error) {
@@ -229,31 +172,7 @@ func encodedLen(b []byte, col column) (int, error) {
 	return off, nil
 }
 
-func scalarLen(b []byte, id arrow.Type) (int, error) {
-	n := 0
-	switch id {
-	case arrow.BOOL:
-		n = 1
-	case arrow.INT16:
-		n = 2
-	case arrow.INT32, arrow.UINT32, arrow.DATE32, arrow.FLOAT32:
-		n = 4
-	case arrow.INT64, arrow.TIME64, arrow.TIMESTAMP, arrow.FLOAT64:
-		n = 8
-	case arrow.DECIMAL128, arrow.INTERVAL_MONTH_DAY_NANO:
-		n = 16
-	default:
-		l, k := binary.Uvarint(b)
-		if k <= 0 || l > uint64(len(b)-k) {
-			return 0, errEncoded
-		}
-		n = k + int(l)
-	}
-	if n > len(b) {
-		return 0, errEncoded
-	}
-	return n, nil
-}
+func scalarLen(b []byte, id arrow.Type) (int, error) { return rowenc.ScalarLen(b, id) }
 
 // AppendEncoded appends one row encoded by a RowCodec of the builder's
 // table. Either the whole row is appended or, on an error, nothing is.
@@ -309,53 +228,5 @@ func (b *RowBuilder) AppendEncoded(row []byte) error {
 // appendScalar appends the encoded scalar of type id at the start of s
 // (checked by encodedLen) to bl and returns its length.
 func appendScalar(bl array.Builder, id arrow.Type, s []byte) int {
-	le := binary.LittleEndian
-	switch id {
-	case arrow.BOOL:
-		bl.(*array.BooleanBuilder).Append(s[0] != 0)
-		return 1
-	case arrow.INT16:
-		bl.(*array.Int16Builder).Append(int16(le.Uint16(s)))
-		return 2
-	case arrow.INT32:
-		bl.(*array.Int32Builder).Append(int32(le.Uint32(s)))
-		return 4
-	case arrow.UINT32:
-		bl.(*array.Uint32Builder).Append(le.Uint32(s))
-		return 4
-	case arrow.DATE32:
-		bl.(*array.Date32Builder).Append(arrow.Date32(le.Uint32(s)))
-		return 4
-	case arrow.FLOAT32:
-		bl.(*array.Float32Builder).Append(math.Float32frombits(le.Uint32(s)))
-		return 4
-	case arrow.INT64:
-		bl.(*array.Int64Builder).Append(int64(le.Uint64(s)))
-		return 8
-	case arrow.TIME64:
-		bl.(*array.Time64Builder).Append(arrow.Time64(le.Uint64(s)))
-		return 8
-	case arrow.TIMESTAMP:
-		bl.(*array.TimestampBuilder).Append(arrow.Timestamp(le.Uint64(s)))
-		return 8
-	case arrow.FLOAT64:
-		bl.(*array.Float64Builder).Append(math.Float64frombits(le.Uint64(s)))
-		return 8
-	case arrow.DECIMAL128:
-		bl.(*array.Decimal128Builder).Append(decimal128.New(int64(le.Uint64(s[8:])), le.Uint64(s)))
-		return 16
-	case arrow.INTERVAL_MONTH_DAY_NANO:
-		bl.(*array.MonthDayNanoIntervalBuilder).Append(arrow.MonthDayNanoInterval{
-			Months: int32(le.Uint32(s)), Days: int32(le.Uint32(s[4:])), Nanoseconds: int64(le.Uint64(s[8:]))})
-		return 16
-	}
-	l, k := binary.Uvarint(s)
-	v := s[k : k+int(l)]
-	switch bb := bl.(type) {
-	case *array.StringBuilder:
-		bb.BinaryBuilder.Append(v)
-	case *array.BinaryBuilder:
-		bb.Append(v)
-	}
-	return k + int(l)
+	return rowenc.AppendScalar(bl, id, s)
 }

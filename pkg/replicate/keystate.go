@@ -10,6 +10,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 
+	"github.com/rtrctl/rtrctl/pkg/myarrow"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 )
@@ -22,7 +23,9 @@ import (
 // The state maps the encoding of every key (pgarrow.RowCodec) to the
 // encoding of its current row; the decoder looks the old row up, fills in
 // unchanged TOASTed values from it, and keeps the state in step with what
-// it emits.
+// it emits. A MySQL or MariaDB table's state (NewMySQLKeyState, keyed by
+// the primary key, encoded by a myarrow.RowCodec) does the same for row
+// events written under binlog_row_image MINIMAL or NOBLOB (mykeyed.go).
 //
 // Memory: per key, its encoded key and row (the row's columns as a
 // RowCodec encodes them, a little under their text size for numbers and
@@ -34,7 +37,11 @@ import (
 // store.Shard.ScanAsOf's callbacks) before the stream resumes from the
 // time it was read at. It is not safe for concurrent use.
 type KeyState struct {
-	codec *pgarrow.RowCodec
+	codec rowCodec
+	pg    *pgarrow.RowCodec // a PostgreSQL table's (codec), else nil
+	my    *myarrow.RowCodec // a MySQL or MariaDB table's (codec), else nil
+	name  string            // the collection
+	names []string          // its columns
 	ncols int
 	key   []int // key column indexes, ascending
 	// rows maps a key's encoding to its row's; each entry's key and value
@@ -53,21 +60,56 @@ type loadRow struct {
 	n   int64
 }
 
+// rowCodec is what a state needs of a table's row encoding
+// (pgarrow.RowCodec, myarrow.RowCodec): equal Arrow values encode to
+// equal bytes.
+type rowCodec interface {
+	Len(b []byte, i int) (int, error)
+	CheckTypes(types []arrow.DataType) error
+	AppendArrow(dst []byte, i int, arr arrow.Array, j int) ([]byte, error)
+}
+
 // NewKeyState returns an empty state of t's rows keyed by the columns
 // named key (the replica identity's: the primary key, or the USING INDEX
 // index's columns).
 func NewKeyState(t *pgarrow.Table, key []string) (*KeyState, error) {
-	s := &KeyState{codec: pgarrow.NewRowCodec(t), ncols: len(t.Columns), rows: map[string]string{}, cols: make([][]byte, len(t.Columns))}
+	c := pgarrow.NewRowCodec(t)
+	names := make([]string, len(t.Columns))
+	for i, col := range t.Columns {
+		names[i] = col.Name
+	}
+	return newKeyState(c, t.QualifiedName(), names, key, func(s *KeyState) { s.pg = c })
+}
+
+// NewMySQLKeyState returns an empty state of the rows of t, a MySQL or
+// MariaDB table, keyed by its primary key (the columns a MINIMAL or
+// NOBLOB before image carries).
+func NewMySQLKeyState(t *myarrow.Table) (*KeyState, error) {
+	c := myarrow.NewRowCodec(t)
+	names := make([]string, len(t.Columns))
+	for i, col := range t.Columns {
+		names[i] = col.Name
+	}
+	var key []string
+	for _, i := range t.PrimaryKey {
+		key = append(key, t.Columns[i].Name)
+	}
+	return newKeyState(c, t.QualifiedName(), names, key, func(s *KeyState) { s.my = c })
+}
+
+func newKeyState(c rowCodec, name string, names, key []string, set func(*KeyState)) (*KeyState, error) {
+	s := &KeyState{codec: c, name: name, names: names, ncols: len(names), rows: map[string]string{}, cols: make([][]byte, len(names))}
+	set(s)
 	var idx []int
 	for _, k := range key {
-		i := slices.IndexFunc(t.Columns, func(c pgarrow.Column) bool { return c.Name == k })
+		i := slices.Index(names, k)
 		if i < 0 {
-			return nil, fmt.Errorf("key state of %s: no key column %s", t.QualifiedName(), k)
+			return nil, fmt.Errorf("key state of %s: no key column %s", name, k)
 		}
 		idx = append(idx, i)
 	}
 	if len(idx) == 0 {
-		return nil, fmt.Errorf("key state of %s: no key columns", t.QualifiedName())
+		return nil, fmt.Errorf("key state of %s: no key columns", name)
 	}
 	slices.Sort(idx)
 	s.key = slices.Compact(idx)
@@ -86,14 +128,32 @@ const keyEntryOverhead = 56
 // Bytes estimates the memory the state holds.
 func (s *KeyState) Bytes() int { return s.data + keyEntryOverhead*len(s.rows) }
 
-// Table is the table whose rows the state holds.
-func (s *KeyState) Table() *pgarrow.Table { return s.codec.Table() }
+// Table is the PostgreSQL table whose rows the state holds (nil for a
+// MySQL one).
+func (s *KeyState) Table() *pgarrow.Table {
+	if s.pg == nil {
+		return nil
+	}
+	return s.pg.Table()
+}
+
+// MySQLTable is the MySQL or MariaDB table whose rows the state holds
+// (nil for a PostgreSQL one).
+func (s *KeyState) MySQLTable() *myarrow.Table {
+	if s.my == nil {
+		return nil
+	}
+	return s.my.Table()
+}
+
+// Collection is the collection whose rows the state holds.
+func (s *KeyState) Collection() string { return s.name }
 
 // keyNames lists the key columns.
 func (s *KeyState) keyNames() string {
 	var names []string
 	for _, i := range s.key {
-		names = append(names, s.codec.Table().Columns[i].Name)
+		names = append(names, s.names[i])
 	}
 	return strings.Join(names, ", ")
 }
@@ -104,13 +164,13 @@ func (s *KeyState) split(row []byte) ([][]byte, error) {
 	for i := range s.ncols {
 		n, err := s.codec.Len(row[off:], i)
 		if err != nil {
-			return nil, fmt.Errorf("key state of %s: column %s: %w", s.codec.Table().QualifiedName(), s.codec.Table().Columns[i].Name, err)
+			return nil, fmt.Errorf("key state of %s: column %s: %w", s.name, s.names[i], err)
 		}
 		s.cols[i] = row[off : off+n]
 		off += n
 	}
 	if off != len(row) {
-		return nil, fmt.Errorf("key state of %s: %d bytes after the last column", s.codec.Table().QualifiedName(), len(row)-off)
+		return nil, fmt.Errorf("key state of %s: %d bytes after the last column", s.name, len(row)-off)
 	}
 	return s.cols, nil
 }
@@ -221,20 +281,24 @@ func (s *KeyState) ResetState() {
 }
 
 // AddState adds updates of the collection: its user columns, then _time
-// and _diff (a store's ScanAsOf batches), or _diff alone.
+// and _diff (a store's ScanAsOf batches), or _diff alone, or _time,
+// _diff and _partition (a MySQL copy's data records).
 func (s *KeyState) AddState(rec arrow.Record) error {
-	name := s.codec.Table().QualifiedName()
+	name := s.name
 	if s.loading == nil {
 		return fmt.Errorf("rebuild key state of %s: AddState before ResetState", name)
 	}
 	n := int(rec.NumCols())
+	if n == s.ncols+3 && rec.ColumnName(n-1) == pipe.ColPartition {
+		n-- // the partition is the time's
+	}
 	shape := n == s.ncols+1 || n == s.ncols+2 && rec.ColumnName(s.ncols) == pipe.ColTime
 	if !shape || rec.ColumnName(n-1) != pipe.ColDiff {
 		return fmt.Errorf("rebuild key state of %s: a batch of %d columns, want its %d, [_time,] _diff", name, n, s.ncols)
 	}
-	diffs, ok := rec.Column(int(rec.NumCols()) - 1).(*array.Int64)
+	diffs, ok := rec.Column(n - 1).(*array.Int64)
 	if !ok {
-		return fmt.Errorf("rebuild key state of %s: _diff is %s", name, rec.Column(int(rec.NumCols())-1).DataType())
+		return fmt.Errorf("rebuild key state of %s: _diff is %s", name, rec.Column(n-1).DataType())
 	}
 	types := make([]arrow.DataType, s.ncols)
 	for i := range types {
@@ -303,7 +367,7 @@ func (s *KeyState) EndState() error {
 		case len(live) == 1 && live[0].n == 1:
 			s.putString(k, live[0].row)
 		default:
-			return fmt.Errorf("rebuild key state of %s: %w (%s): %d rows, multiplicities %v", s.codec.Table().QualifiedName(), errDuplicateKey, s.keyNames(), len(live), multiplicities(live))
+			return fmt.Errorf("rebuild key state of %s: %w (%s): %d rows, multiplicities %v", s.name, errDuplicateKey, s.keyNames(), len(live), multiplicities(live))
 		}
 	}
 	return nil
@@ -315,4 +379,50 @@ func multiplicities(rs []loadRow) []int64 {
 		out = append(out, r.n)
 	}
 	return out
+}
+
+// undoEntry is what one key had before a change not yet emitted.
+type undoEntry struct {
+	st       *KeyState
+	key, row string
+	had      bool
+}
+
+// undoLog notes the changes of key states that are not handed over yet,
+// so that a lost connection takes the states back to what was.
+type undoLog []undoEntry
+
+// put and del change a key state, noting what to undo.
+func (u *undoLog) put(st *KeyState, key, row []byte) {
+	prev, had := st.put(key, row)
+	*u = append(*u, undoEntry{st: st, key: string(key), row: prev, had: had})
+}
+
+func (u *undoLog) del(st *KeyState, key []byte) {
+	prev, had := st.del(key)
+	*u = append(*u, undoEntry{st: st, key: string(key), row: prev, had: had})
+}
+
+// truncate empties st (a TRUNCATE of its table).
+func (u *undoLog) truncate(st *KeyState) {
+	for k, v := range st.rows {
+		*u = append(*u, undoEntry{st: st, key: k, row: v, had: true})
+	}
+	clear(st.rows)
+	st.data = 0
+}
+
+// rollback undoes every change noted, newest first.
+func (u *undoLog) rollback() {
+	for i := len(*u) - 1; i >= 0; i-- {
+		e := (*u)[i]
+		e.st.restore(e.key, e.row, e.had)
+	}
+	u.forget()
+}
+
+// forget keeps the changes noted (they were handed over).
+func (u *undoLog) forget() {
+	clear(*u)
+	*u = (*u)[:0]
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/myarrow"
 	"github.com/rtrctl/rtrctl/pkg/pgarrow"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 )
@@ -292,9 +293,9 @@ func TestKeyStateMemory(t *testing.T) {
 		var row []byte
 		for i := range n {
 			row = row[:0]
-			row, _ = st.codec.AppendText(row, 0, fmt.Append(nil, i), false)
-			row, _ = st.codec.AppendText(row, 1, []byte("1000"), false)
-			row, _ = st.codec.AppendText(row, 2, []byte("sixteen bytes..."), false)
+			row, _ = st.pg.AppendText(row, 0, fmt.Append(nil, i), false)
+			row, _ = st.pg.AppendText(row, 1, []byte("1000"), false)
+			row, _ = st.pg.AppendText(row, 2, []byte("sixteen bytes..."), false)
 			key, err := st.keyOf(row)
 			if err != nil {
 				t.Fatal(err)
@@ -303,8 +304,14 @@ func TestKeyStateMemory(t *testing.T) {
 		}
 		return st
 	}
-	// What freeing the state gives back, the median of five tries (other
-	// goroutines of the test binary may allocate meanwhile).
+	measureState(t, build, n, "encoded key 9 + row 36 bytes")
+}
+
+// measureState builds the state of n keys five times and compares what
+// freeing it gives back (the median: other goroutines of the test binary
+// may allocate meanwhile) with what Bytes estimates.
+func measureState(t *testing.T, build func() *KeyState, n int, what string) {
+	t.Helper()
 	var held []int
 	var est int
 	for range 5 {
@@ -321,10 +328,43 @@ func TestKeyStateMemory(t *testing.T) {
 	}
 	slices.Sort(held)
 	per := held[2] / n
-	t.Logf("%d keys: %d bytes of heap, %d per key (encoded key 9 + row 36 bytes); Bytes() estimates %d per key (tries: %v)", n, held[2], per, est, held)
+	t.Logf("%d keys: %d bytes of heap, %d per key (%s); Bytes() estimates %d per key (tries: %v)", n, held[2], per, what, est, held)
 	if est < per/2 || est > per*2 {
 		t.Errorf("Bytes() estimates %d per key, the heap says %d", est, per)
 	}
+}
+
+// TestMySQLKeyStateMemory is TestKeyStateMemory for a MySQL table of an
+// int primary key, a bigint and a varchar (the bank's accounts with a
+// note), encoded from binlog values.
+func TestMySQLKeyStateMemory(t *testing.T) {
+	tb := &myarrow.Table{Schema: "shop", Name: "acc", PrimaryKey: []int{0}, Columns: []myarrow.Column{
+		{Name: "id", DataType: "int", ColumnType: "int(11)", Kind: myarrow.KindInt, Bits: 32, Type: arrow.PrimitiveTypes.Int32},
+		{Name: "balance", DataType: "bigint", ColumnType: "bigint(20)", Kind: myarrow.KindInt, Bits: 64, Type: arrow.PrimitiveTypes.Int64},
+		{Name: "note", DataType: "varchar", ColumnType: "varchar(20)", Nullable: true, Kind: myarrow.KindString, Type: arrow.BinaryTypes.String},
+	}}
+	const n = 200_000
+	measureState(t, func() *KeyState {
+		st, err := NewMySQLKeyState(tb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var row []byte
+		for i := range n {
+			row = row[:0]
+			for c, v := range []any{int32(i), int64(1000), "sixteen bytes..."} {
+				if row, err = st.my.AppendBinlog(row, c, v); err != nil {
+					t.Fatal(err)
+				}
+			}
+			key, err := st.keyOf(row)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st.put(key, row)
+		}
+		return st
+	}, n, "encoded key 5 + row 32 bytes")
 }
 
 // TestKeyedTruncateState: emptying a state for a TRUNCATE is undone by a

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -86,6 +87,19 @@ type MySQLConfig struct {
 	// answer (the per-partition minimum of the two): an ingest holds it
 	// while it re-snapshots a collection in the stream.
 	Limit func(progress frontier.Frontier) (frontier.Frontier, error)
+	// KeyState, when set, lets a table with a primary key take row events
+	// whose images are not FULL (binlog_row_image MINIMAL or NOBLOB for
+	// the session that wrote them): it is asked, at the first such event,
+	// for the table's rows by key as of where the stream started
+	// (NewMySQLKeyState, filled from a store), which the stream keeps in
+	// step from then on. nil (and no error) stops the collection; an
+	// error ends the stream. Without KeyState such an event stops the
+	// collection.
+	KeyState func(t *myarrow.Table) (*KeyState, error)
+	// States are the key states (by collection) of tables whose events
+	// were not FULL before, as of where the stream starts: each is kept
+	// in step from the start, FULL events included.
+	States map[string]*KeyState
 	// Mem and Logger; nil means the defaults.
 	Mem    memory.Allocator
 	Logger *slog.Logger
@@ -383,7 +397,7 @@ func (s *myStreamer) setup(ctx context.Context) (err error) {
 				return fmt.Errorf("replicate mysql: %w", err)
 			}
 		}
-		s.tables[t.QualifiedName()] = &myTable{t: t}
+		s.tables[t.QualifiedName()] = &myTable{t: t, state: s.startState(t)}
 	}
 	if d := cfg.StopAt.Domain(); d != "" && d != s.domain {
 		return hint.Wrap(fmt.Errorf("replicate mysql: the stop position is in domain %s, the server's GTIDs in %s", d, s.domain),
@@ -434,6 +448,9 @@ func (s *myStreamer) report() error {
 			}
 		}
 	}
+	if err := s.takeStates(); err != nil {
+		return err
+	}
 	if s.reported.Domain() != "" {
 		if s.reported.Covers(out) {
 			return nil
@@ -460,6 +477,15 @@ type myTable struct {
 	rb      *myarrow.RowBuilder
 	failed  bool // a definite error stopped it
 	checked *replication.TableMapEvent
+	// state holds the current row by primary key once an event of the
+	// table was not FULL (mykeyed.go).
+	state *KeyState
+	// restating: a sink re-snapshots the table and rebuilds its state
+	// (StateTaker); its changes meanwhile are held as the binlog has
+	// them, those of the open transaction in rawTxn.
+	restating bool
+	raw       []rawRows
+	rawTxn    []rawRows
 }
 
 // TableChanger is implemented by a pipe.Sink that re-snapshots a MySQL or
@@ -527,6 +553,11 @@ type myStreamer struct {
 	skip       int // updates to drop after a reconnect (handed before it)
 	skipGTID   string
 	emittedTxn int // updates of the open transaction produced so far
+
+	// undo takes the key states back to what was handed over when the
+	// connection is lost; row and key are scratch.
+	undo     undoLog
+	row, key []byte
 }
 
 type idleMark struct {
@@ -665,7 +696,9 @@ func (s *myStreamer) interrupted() {
 	}
 	s.inTxn, s.handed, s.emittedTxn, s.touched = false, 0, 0, nil
 	s.idle = nil
+	s.undo.rollback()
 	for _, mt := range s.tables {
+		mt.rawTxn = nil // sent again
 		if mt.rb != nil {
 			mt.rb.Release()
 			mt.rb = nil
@@ -916,6 +949,19 @@ func (s *myStreamer) ddl(ctx context.Context, schema, q string) error {
 			if err := sinkErr(s.sink.Reset(mt.t.QualifiedName(), s.txn, nil)); err != nil {
 				return err
 			}
+			if mt.state != nil {
+				s.undo.truncate(mt.state)
+			}
+			if mt.restating {
+				// The sink gave up the re-snapshot for the reset: the
+				// table is empty, and so is its state.
+				mt.raw, mt.rawTxn, mt.restating = nil, nil, false
+				st, err := NewMySQLKeyState(mt.t)
+				if err != nil {
+					return s.fail(mt, fmt.Sprintf("%s was truncated at %s: %v", n, s.txnGTID, err))
+				}
+				mt.state = st
+			}
 			continue
 		case "DROP":
 			msg = fmt.Sprintf("%s was dropped at %s; the collection stops here", n, s.txnGTID)
@@ -947,10 +993,15 @@ func (s *myStreamer) adopt(ctx context.Context, db, table, why string) error {
 	if err != nil {
 		return fmt.Errorf("replicate mysql: table %s %s at %s: %w", n, why, s.txnGTID, err)
 	}
+	had := s.tables[n] != nil && s.tables[n].state != nil
 	if err := sinkErr(ta.TableAdded(t, s.txn, s.progress, fmt.Sprintf("%s %s at %s", n, why, s.txnGTID))); err != nil {
 		return err
 	}
-	s.tables[n] = &myTable{t: t}
+	mt := &myTable{t: t}
+	s.tables[n] = mt
+	if had {
+		return s.restate(mt)
+	}
 	return nil
 }
 
@@ -979,6 +1030,10 @@ func (s *myStreamer) alter(ctx context.Context, mt *myTable) error {
 		return fmt.Errorf("replicate mysql: after ALTER TABLE at %s: %w", s.txnGTID, err)
 	}
 	change := TableChange(mt.t, t)
+	if change == "" && mt.state != nil && !slices.Equal(mt.t.PrimaryKey, t.PrimaryKey) {
+		// Its rows by key are keyed by the old primary key.
+		change = "its primary key changed"
+	}
 	if change == "" && !mt.failed {
 		mt.t = t // an index, a comment, ...: the same columns
 		return nil
@@ -997,7 +1052,7 @@ func (s *myStreamer) alter(ctx context.Context, mt *myTable) error {
 				mt.rb = nil
 			}
 			mt.t, mt.failed, mt.checked = t, false, nil
-			return nil
+			return s.restate(mt)
 		}
 	}
 	if mt.failed {
@@ -1065,7 +1120,7 @@ func (s *myStreamer) tableMap(ctx context.Context, ev *replication.TableMapEvent
 				return nil
 			}
 		}
-		mt = &myTable{t: t}
+		mt = &myTable{t: t, state: s.startState(t)}
 		s.tables[name] = mt
 	}
 	if mt.failed || mt.checked == ev {
@@ -1099,9 +1154,13 @@ func (s *myStreamer) rows(et replication.EventType, ev *replication.RowsEvent) e
 	if mt == nil || mt.failed || !s.inTxn {
 		return nil
 	}
-	for _, sk := range ev.SkippedColumns {
-		if len(sk) > 0 {
-			return s.fail(mt, fmt.Sprintf("a change of %s at %s does not carry every column (binlog_row_image is not FULL for the session that made it); the collection stops here: set binlog_row_image = FULL and re-snapshot it", name, s.txnGTID))
+	if mt.restating {
+		mt.rawTxn = append(mt.rawTxn, holdRows(s.txn, s.txnGTID, ev))
+		return nil
+	}
+	if mt.state == nil && notFull(ev) {
+		if ok, err := s.keyState(mt, ev); !ok || err != nil {
+			return err
 		}
 	}
 	if mt.rb == nil {
@@ -1126,6 +1185,9 @@ func (s *myStreamer) rows(et replication.EventType, ev *replication.RowsEvent) e
 	}
 	if !touched {
 		s.touched = append(s.touched, mt)
+	}
+	if mt.state != nil {
+		return s.rowsKeyed(mt, ev)
 	}
 	for i, row := range ev.Rows {
 		s.emittedTxn++
@@ -1165,6 +1227,7 @@ func (s *myStreamer) flush() error {
 		s.handed += s.skip
 		s.skip = 0
 	}
+	s.undo.forget() // handed over: skipped when the server sends it again
 	return nil
 }
 
@@ -1177,6 +1240,11 @@ func (s *myStreamer) commit() error {
 		return err
 	}
 	s.inTxn, s.skip, s.touched = false, 0, nil
+	for _, mt := range s.tables {
+		if len(mt.rawTxn) > 0 {
+			mt.raw, mt.rawTxn = append(mt.raw, mt.rawTxn...), nil
+		}
+	}
 	next := s.txn.Pos + 1
 	if s.progress.Get(s.txn.Partition) < next {
 		s.progress = s.progress.With(s.txn.Partition, next)

@@ -51,6 +51,11 @@ type relation struct {
 	// DEFAULT or USING INDEX, or FULL after either).
 	state *KeyState
 	key   []int // the replica identity's columns (the Relation message's flags)
+	// restating: a sink re-snapshots the collection and rebuilds its
+	// state (StateTaker); its changes meanwhile are held as they came,
+	// those since the last flush in rawTxn (pgrestate.go).
+	restating   bool
+	raw, rawTxn []pgHeld
 }
 
 // decoder turns pgoutput messages into Sink calls. It holds no connection:
@@ -72,9 +77,11 @@ type decoder struct {
 	dirty   []*relation     // relations with rows in their builders
 	// undo takes the key states back to what was emitted: the changes
 	// made since the last flush, in order (interrupted drops those rows).
-	undo []undoEntry
-	row  []byte // scratch: an encoded row
-	key  []byte // scratch: an encoded key
+	undo undoLog
+	// holding are the relations being restated.
+	holding []*relation
+	row     []byte // scratch: an encoded row
+	key     []byte // scratch: an encoded key
 
 	upper frontier.LSN // last progress reported
 	// resume is where a new connection starts: everything before it has
@@ -99,13 +106,6 @@ type decoder struct {
 	done bool // StopAt reached
 }
 
-// undoEntry is what one key had before a change not yet emitted.
-type undoEntry struct {
-	st       *KeyState
-	key, row string
-	had      bool
-}
-
 func newDecoder(sink pipe.Sink, mem memory.Allocator, resolve resolveFunc, keyState keyStateFunc, flushRows, flushBytes int, stopAt frontier.LSN) *decoder {
 	return &decoder{sink: sink, mem: mem, resolve: resolve, keyState: keyState, flushRows: flushRows, flushBytes: flushBytes, stopAt: stopAt,
 		rels: map[uint32]*relation{}, stopped: map[string]bool{}}
@@ -121,6 +121,9 @@ func (d *decoder) progress(upper frontier.LSN) error {
 			return sinkErr(err)
 		}
 		upper = min(upper, lim)
+	}
+	if err := d.takeStates(); err != nil {
+		return err
 	}
 	if upper <= d.upper {
 		return nil
@@ -149,12 +152,10 @@ func (d *decoder) keepalive(walEnd frontier.LSN) error {
 // part of the open transaction that was emitted will be skipped when the
 // server sends it again.
 func (d *decoder) interrupted() {
-	for i := len(d.undo) - 1; i >= 0; i-- {
-		u := d.undo[i]
-		u.st.restore(u.key, u.row, u.had)
+	d.undo.rollback()
+	for _, r := range d.holding {
+		r.rawTxn = nil // sent again
 	}
-	clear(d.undo)
-	d.undo = d.undo[:0]
 	for _, r := range d.dirty {
 		for _, a := range r.b.NewArrays() {
 			a.Release()
@@ -214,6 +215,9 @@ func (d *decoder) handle(ctx context.Context, m pglogrepl.Message) error {
 		return d.relation(ctx, m)
 	case *pglogrepl.InsertMessage:
 		return d.dml(m.RelationID, func(r *relation) error {
+			if r.restating {
+				return d.hold(r, 'I', nil, m.Tuple)
+			}
 			if r.state != nil {
 				return d.insertKeyed(r, m.Tuple)
 			}
@@ -221,6 +225,9 @@ func (d *decoder) handle(ctx context.Context, m pglogrepl.Message) error {
 		})
 	case *pglogrepl.UpdateMessage:
 		return d.dml(m.RelationID, func(r *relation) error {
+			if r.restating {
+				return d.hold(r, 'U', m.OldTuple, m.NewTuple)
+			}
 			if r.state != nil {
 				return d.updateKeyed(r, m.OldTuple, m.NewTuple)
 			}
@@ -235,6 +242,9 @@ func (d *decoder) handle(ctx context.Context, m pglogrepl.Message) error {
 		})
 	case *pglogrepl.DeleteMessage:
 		return d.dml(m.RelationID, func(r *relation) error {
+			if r.restating {
+				return d.hold(r, 'D', m.OldTuple, nil)
+			}
 			if r.state != nil {
 				return d.deleteKeyed(r, m.OldTuple)
 			}
@@ -261,6 +271,16 @@ func (d *decoder) handle(ctx context.Context, m pglogrepl.Message) error {
 				d.truncateState(r)
 				if err := sinkErr(d.sink.Reset(r.table.QualifiedName(), frontier.Time{Pos: uint64(d.txnLSN)}, nil)); err != nil {
 					return err
+				}
+				if r.restating {
+					// The sink gave up the re-snapshot for the reset: the
+					// table is empty, and so is its state.
+					d.unhold(r)
+					st, err := NewKeyState(r.table, r.keyNames())
+					if err != nil {
+						return err
+					}
+					r.state = st
 				}
 			}
 			// The resets are handed over: a reconnect does not repeat them.
@@ -343,19 +363,25 @@ func (d *decoder) relation(ctx context.Context, m *pglogrepl.RelationMessage) er
 		}
 	}
 	var t *pgarrow.Table
-	taken := false // a sink re-snapshots the collection from this change on
+	taken := false     // a sink re-snapshots the collection from this change on
+	restating := false // and rebuilds its key state from the copy
 	if old != nil {
 		if change := describeChange(old.table, cols, name); change != "" {
 			// Columns changed (not a rename): a sink may re-snapshot the
 			// collection from here on; the relation goes on with them.
 			var err error
-			if old.table.QualifiedName() == name && old.state == nil {
+			keyed := old.state != nil || old.restating
+			if old.table.QualifiedName() == name && (!keyed || d.canRestate()) {
 				if t, err = d.resolve(ctx, m); err != nil {
 					return fmt.Errorf("resolve relation %s: %w", name, err)
 				}
 				if taken, err = d.takeOver(t, change); err != nil {
 					return err
 				}
+				restating = taken && keyed
+			}
+			if old.restating {
+				d.unhold(old) // in the old columns, and before the new copy
 			}
 			if !taken {
 				return d.stop(old, fmt.Sprintf("%s at %s; the collection stops here: re-snapshot it", change, d.at()))
@@ -412,27 +438,32 @@ func (d *decoder) relation(ctx context.Context, m *pglogrepl.RelationMessage) er
 		return d.stop(r, fmt.Sprintf("replica identity of %s is %s at %s%s, so updates and deletes do not say which row they change; the collection stops here: run ALTER TABLE %s REPLICA IDENTITY FULL (or %s) and re-snapshot it",
 			name, strings.ToUpper(ident), d.at(), why, t.QuotedName(), fix))
 	}
-	if d.keyState != nil {
-		if r.state, err = d.keyState(t); err != nil {
-			return sinkErr(err)
-		}
-	}
-	if ident != "full" && r.state == nil {
-		return d.stop(r, fmt.Sprintf("replica identity of %s is %s at %s, so updates and deletes lack the old row, and this stream keeps no rows by key (rtrctl ingest does); the collection stops here: run ALTER TABLE %s REPLICA IDENTITY FULL and re-snapshot it, or ingest it with rtrctl ingest",
-			name, strings.ToUpper(ident), d.at(), t.QuotedName()))
-	}
-	if r.state != nil {
-		if change := stateChange(r.state, t); change != "" {
-			return d.stop(r, fmt.Sprintf("%s at %s; the collection stops here: re-snapshot it", change, d.at()))
-		}
-		if ident != "full" {
-			// Keyed by the identity's columns from now on. The undo log
-			// is emptied first: it holds keys of the old key columns.
-			if err := d.flush(); err != nil {
-				return err
+	if restating {
+		// Held until the sink hands over the state of its copy.
+		d.restate(r)
+	} else {
+		if d.keyState != nil {
+			if r.state, err = d.keyState(t); err != nil {
+				return sinkErr(err)
 			}
-			if err := r.state.setKey(key); err != nil {
-				return d.stop(r, fmt.Sprintf("the replica identity of %s changed at %s, and its rows cannot be keyed by the new key: %v; the collection stops here: re-snapshot it", name, d.at(), err))
+		}
+		if ident != "full" && r.state == nil {
+			return d.stop(r, fmt.Sprintf("replica identity of %s is %s at %s, so updates and deletes lack the old row, and this stream keeps no rows by key (rtrctl ingest does); the collection stops here: run ALTER TABLE %s REPLICA IDENTITY FULL and re-snapshot it, or ingest it with rtrctl ingest",
+				name, strings.ToUpper(ident), d.at(), t.QuotedName()))
+		}
+		if r.state != nil {
+			if change := stateChange(r.state, t); change != "" {
+				return d.stop(r, fmt.Sprintf("%s at %s; the collection stops here: re-snapshot it", change, d.at()))
+			}
+			if ident != "full" {
+				// Keyed by the identity's columns from now on. The undo log
+				// is emptied first: it holds keys of the old key columns.
+				if err := d.flush(); err != nil {
+					return err
+				}
+				if err := r.state.setKey(key); err != nil {
+					return d.stop(r, fmt.Sprintf("the replica identity of %s changed at %s, and its rows cannot be keyed by the new key: %v; the collection stops here: re-snapshot it", name, d.at(), err))
+				}
 			}
 		}
 	}
@@ -562,8 +593,11 @@ func (d *decoder) flush() error {
 	d.dirty = d.dirty[:0]
 	d.pendRow, d.pendB = 0, 0
 	d.emitted = d.seen
-	clear(d.undo)
-	d.undo = d.undo[:0]
+	d.undo.forget()
+	for _, r := range d.holding {
+		// Handed over too: skipped when the server sends it again.
+		r.raw, r.rawTxn = append(r.raw, r.rawTxn...), nil
+	}
 	return nil
 }
 

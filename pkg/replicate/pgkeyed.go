@@ -34,7 +34,7 @@ func (d *decoder) insertKeyed(r *relation, tuple *pglogrepl.TupleData) error {
 	if err := d.emitEncoded(r, row, +1); err != nil {
 		return err
 	}
-	d.put(r.state, key, row)
+	d.undo.put(r.state, key, row)
 	return nil
 }
 
@@ -76,9 +76,9 @@ func (d *decoder) updateKeyed(r *relation, old, tuple *pglogrepl.TupleData) erro
 		return err
 	}
 	if moved {
-		d.del(st, key)
+		d.undo.del(st, key)
 	}
-	d.put(st, newKey, row)
+	d.undo.put(st, newKey, row)
 	return nil
 }
 
@@ -99,7 +99,7 @@ func (d *decoder) deleteKeyed(r *relation, old *pglogrepl.TupleData) error {
 	if err := d.emitEncoded(r, bytesOf(prev), -1); err != nil {
 		return err
 	}
-	d.del(r.state, key)
+	d.undo.del(r.state, key)
 	return nil
 }
 
@@ -109,17 +109,6 @@ func (d *decoder) stopMsg(r *relation, msg string, err error) error {
 		return err
 	}
 	return d.stop(r, msg)
-}
-
-// put and del change a key state, noting what to undo.
-func (d *decoder) put(st *KeyState, key, row []byte) {
-	prev, had := st.put(key, row)
-	d.undo = append(d.undo, undoEntry{st: st, key: string(key), row: prev, had: had})
-}
-
-func (d *decoder) del(st *KeyState, key []byte) {
-	prev, had := st.del(key)
-	d.undo = append(d.undo, undoEntry{st: st, key: string(key), row: prev, had: had})
 }
 
 // encodeTuple encodes a whole row of r (d.row, valid until the next call).
@@ -140,7 +129,7 @@ func (d *decoder) encodeTuple(r *relation, tuple *pglogrepl.TupleData, prev, wha
 	for i, c := range tuple.Columns {
 		switch c.DataType {
 		case pglogrepl.TupleDataTypeText, pglogrepl.TupleDataTypeNull:
-			row, err = st.codec.AppendText(row, i, c.Data, c.DataType == pglogrepl.TupleDataTypeNull)
+			row, err = st.pg.AppendText(row, i, c.Data, c.DataType == pglogrepl.TupleDataTypeNull)
 			if err != nil {
 				return nil, convertMsg(r, d.txnLSN, err, describeTuple(r, tuple)), nil
 			}
@@ -176,7 +165,7 @@ func (d *decoder) encodeKey(r *relation, tuple *pglogrepl.TupleData, what string
 		c := tuple.Columns[i]
 		switch c.DataType {
 		case pglogrepl.TupleDataTypeText, pglogrepl.TupleDataTypeNull:
-			key, err = st.codec.AppendText(key, i, c.Data, c.DataType == pglogrepl.TupleDataTypeNull)
+			key, err = st.pg.AppendText(key, i, c.Data, c.DataType == pglogrepl.TupleDataTypeNull)
 			if err != nil {
 				return nil, fmt.Sprintf("cannot convert the key of a row of %s at %s: %v; the collection stops here", r.table.QualifiedName(), d.txnLSN, err), nil
 			}
@@ -254,7 +243,7 @@ func stateChange(st *KeyState, t *pgarrow.Table) string {
 		for i, f := range fields {
 			types[i] = f.Type
 		}
-		if same && st.codec.CheckTypes(types) == nil {
+		if same && st.pg.CheckTypes(types) == nil {
 			return ""
 		}
 	}
@@ -273,9 +262,5 @@ func (d *decoder) truncateState(r *relation) {
 	if r.state == nil {
 		return
 	}
-	for k, v := range r.state.rows {
-		d.undo = append(d.undo, undoEntry{st: r.state, key: k, row: v, had: true})
-	}
-	clear(r.state.rows)
-	r.state.data = 0
+	d.undo.truncate(r.state)
 }

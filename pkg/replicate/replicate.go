@@ -38,3 +38,26 @@ type RelationSink interface {
 type RelationChanger interface {
 	RelationChanged(t *pgarrow.Table, at frontier.LSN, change string) (bool, error)
 }
+
+// StateTaker is implemented by a pipe.Sink that re-snapshots collections
+// in the stream (a RelationChanger, a TableChanger, a TableAdder) and
+// rebuilds the key state of a table that has one from the copy: the old
+// state does not describe the table from the re-snapshot on (its columns
+// changed), and the changes between the re-snapshot's time T and the
+// copy's position have no old rows to rewind with. The stream calls
+// Restate when the sink took a re-snapshot of such a table (at the
+// current transaction T), with the key's columns (nil: a MySQL table's
+// primary key), then holds the table's changes as they came, and asks
+// TakeState each time it would report progress. Once the copy is handed
+// over (the reset at T with the copy's rows as they are, at position
+// from: every change from is beyond is in the copy), TakeState returns
+// the state of the copy's rows and done: the stream drops the held
+// changes from is beyond and hands the others over through the state,
+// before that progress. No binding falls between T and from (progress is
+// held before T until the copy is handed over), so the collection is
+// exact at every binding time. done with a nil state: the re-snapshot
+// failed (a definite error at T), and the held changes go.
+type StateTaker interface {
+	Restate(collection string, key []string)
+	TakeState(collection string) (st *KeyState, from frontier.Frontier, done bool)
+}
