@@ -248,7 +248,7 @@ func (p *PG) Stream(ctx context.Context, r StreamRequest) error {
 		}
 		sink.start(c, max(startLSN, p.skip[c]), t, "--resnapshot")
 	}
-	p.cfg.Resnapshot = nil             // once per run, not once per attempt
+	p.cfg.Resnapshot = nil // once per run, not once per attempt
 	p.streamCtx = ctx
 	catalog, repl := p.catalog, p.repl // StreamPG's from now on
 	p.catalog, p.repl = nil, nil
