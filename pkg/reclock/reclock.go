@@ -394,7 +394,7 @@ func (r *Reclocker) Tick(ctx context.Context, now bool) error {
 	if n := len(r.bindings); n > 0 && r.bindings[n-1].Frontier.Covers(r.progress) {
 		return nil // nothing new to bind
 	}
-	if r.progress.IsEmpty() {
+	if r.progress.IsEmpty() || r.replaying() {
 		return nil
 	}
 	wall := r.opts.Now()
@@ -408,6 +408,16 @@ func (r *Reclocker) Tick(ctx context.Context, now bool) error {
 func (r *Reclocker) Pending() bool {
 	n := len(r.bindings)
 	return !r.progress.IsEmpty() && (n == 0 || !r.bindings[n-1].Frontier.Covers(r.progress))
+}
+
+// replaying reports whether progress has not yet passed the last durable
+// binding again (after a restart). A partitioned source can then be
+// beyond it in one partition and behind it in another: a binding of that
+// progress would be less than the last, which bindings never are, so none
+// is minted until the replay covers it.
+func (r *Reclocker) replaying() bool {
+	n := len(r.bindings)
+	return n > 0 && !r.progress.Covers(r.bindings[n-1].Frontier)
 }
 
 // mint makes the binding (t, progress) durable, then releases every held

@@ -502,3 +502,52 @@ func TestStagedPartitioned(t *testing.T) {
 		t.Fatalf("staged %v, held %v", staged, held)
 	}
 }
+
+// TestPartitionedReplayBindsNoLess: after a restart, a partitioned
+// source's replay can be ahead of the last durable binding in one
+// partition and behind it in another; no binding is minted until progress
+// covers that binding (a binding less than the last is refused by the
+// store, and would end the ingest).
+func TestPartitionedReplayBindsNoLess(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st := openStore(t, dir)
+	clk := &clock{now: time.UnixMilli(7_000)}
+	out := &recorder{t: t, st: st, source: "k"}
+	rc, err := New(ctx, st, "k", frontier.DomainKafka, out, Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(p0, p1 uint64) frontier.Frontier {
+		f, _ := frontier.New(frontier.DomainKafka, map[string]uint64{"p0": p0, "p1": p1})
+		return f
+	}
+	if err := rc.SourceProgress(ctx, at(49, 33)); err != nil {
+		t.Fatal(err)
+	}
+	// Restart: the replay is behind in p0 and ahead in p1.
+	st2 := openStore(t, dir)
+	out2 := &recorder{t: t, st: st2, source: "k"}
+	rc2, err := New(ctx, st2, "k", frontier.DomainKafka, out2, Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.now = clk.now.Add(time.Second)
+	if err := rc2.SourceProgress(ctx, at(39, 70)); err != nil {
+		t.Fatalf("progress behind the last binding in one partition: %v", err)
+	}
+	if err := rc2.Tick(ctx, true); err != nil {
+		t.Fatalf("tick: %v", err)
+	}
+	clk.now = clk.now.Add(time.Second)
+	if err := rc2.SourceProgress(ctx, at(50, 70)); err != nil {
+		t.Fatal(err)
+	}
+	bs, _, err := st2.Bindings(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := bs[len(bs)-1].Frontier; len(bs) != 2 || !last.Equal(at(50, 70)) {
+		t.Fatalf("bindings %v, want the first and then one at p0:50,p1:70", bs)
+	}
+}
