@@ -90,7 +90,11 @@ func TestMySQLIngestMinimalImageKillLoop(t *testing.T) {
 	keyLine := regexp.MustCompile(`msg="key state rebuilt from the store".*keys=(\d+) bytes=(\d+) bytes_per_key=(\d+)`)
 	var lines []string
 	r := ingesttest.KillLoop(t, h, fx, ingesttest.KillOptions{
-		Source: "mysql", Kills: 8, Early: 2, MinRun: 200 * time.Millisecond, MaxRun: 1200 * time.Millisecond,
+		// No kill in the middle of the snapshot: a collection whose time-0
+		// snapshot is not durable is snapshotted again and rewound to the
+		// first binding, and a change that is not FULL cannot be rewound
+		// (docs/mysql.md, Not done), as under PostgreSQL's DEFAULT.
+		Source: "mysql", Kills: 8, MinRun: 200 * time.Millisecond, MaxRun: 1200 * time.Millisecond,
 		Args: []string{"--interval", "30ms", "--compact-every", "1s"},
 		Stderr: func(s string) {
 			lines = append(lines, keyLine.FindAllString(s, -1)...)
