@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/go-mysql-org/go-mysql/client"
 
 	"github.com/rtrctl/rtrctl/internal/ingesttest"
@@ -310,15 +311,15 @@ func TestMySQLCLI(t *testing.T) {
 	}
 }
 
-// readKinds counts rows per "kind collection" in a pipe.
-func readKinds(t *testing.T, data string) map[string]int {
+// eachPipeRecord calls fn with every record of every stream of a pipe,
+// and the stream's header.
+func eachPipeRecord(t *testing.T, data string, fn func(h pipe.Header, rec arrow.Record)) {
 	t.Helper()
 	rd := pipe.NewReader(bytes.NewReader([]byte(data)), nil)
-	out := map[string]int{}
 	for {
 		s, err := rd.Next()
 		if errors.Is(err, io.EOF) {
-			return out
+			return
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -331,9 +332,19 @@ func readKinds(t *testing.T, data string) map[string]int {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out[string(s.Header.Kind)+" "+s.Header.Collection] += int(rec.NumRows())
+			fn(s.Header, rec)
 		}
 	}
+}
+
+// readKinds counts rows per "kind collection" in a pipe.
+func readKinds(t *testing.T, data string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	eachPipeRecord(t, data, func(h pipe.Header, rec arrow.Record) {
+		out[string(h.Kind)+" "+h.Collection] += int(rec.NumRows())
+	})
+	return out
 }
 
 // TestMySQLIngestResnapshot is the seed's multi-table bug on MariaDB: the

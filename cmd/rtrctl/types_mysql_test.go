@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
-	"errors"
-	"io"
 	"strings"
 	"testing"
 
+	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 
 	"github.com/rtrctl/rtrctl/internal/testenv"
@@ -17,37 +15,21 @@ import (
 // collection.
 func pipeErrors(t *testing.T, data string) map[string][]string {
 	t.Helper()
-	rd := pipe.NewReader(bytes.NewReader([]byte(data)), nil)
 	out := map[string][]string{}
-	for {
-		s, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			return out
+	eachPipeRecord(t, data, func(h pipe.Header, rec arrow.Record) {
+		if h.Kind != pipe.KindError {
+			return
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		for {
-			rec, err := s.NextRecord()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if s.Header.Kind != pipe.KindError {
-				continue
-			}
-			for i, f := range rec.Schema().Fields() {
-				if f.Name == pipe.ColMessage {
-					col := rec.Column(i).(*array.String)
-					for j := 0; j < col.Len(); j++ {
-						out[s.Header.Collection] = append(out[s.Header.Collection], col.Value(j))
-					}
+		for i, f := range rec.Schema().Fields() {
+			if f.Name == pipe.ColMessage {
+				col := rec.Column(i).(*array.String)
+				for j := 0; j < col.Len(); j++ {
+					out[h.Collection] = append(out[h.Collection], col.Value(j))
 				}
 			}
 		}
-	}
+	})
+	return out
 }
 
 // TestMySQLSnapshotBadValue: a table holding a value rtrctl cannot
