@@ -570,6 +570,30 @@ type keyedSnap struct {
 	rows          map[string]int64
 }
 
+// startKeyedTable makes table k with setup in a database of its own,
+// published, and starts an ingest of it that has caught up.
+func startKeyedTable(t *testing.T, setup ...string) (db *ingestDB, dir string, args []string, p *proc) {
+	t.Helper()
+	db = newPGDB(t, append(setup, "CREATE PUBLICATION rtr FOR TABLE k")...)
+	dir = t.TempDir() + "/store"
+	args = keyedArgs(db, db.newSlotName(t), dir, "--interval", "20ms")
+	p = startProc(t, nil, args...)
+	keyedCaughtUp(t, db, dir, p)
+	return db, dir, args, p
+}
+
+// snapTxn runs qs in one transaction and returns table k after it, with
+// the WAL insert positions before and after.
+func snapTxn(t *testing.T, db *ingestDB, qs ...string) keyedSnap {
+	t.Helper()
+	before := db.insertLSN(t)
+	if len(qs) > 1 {
+		qs = append(append([]string{"BEGIN"}, qs...), "COMMIT")
+	}
+	execAll(t, db.conn, qs...)
+	return keyedSnap{before: before, after: db.insertLSN(t), rows: selectAll(t, db, "k")}
+}
+
 // TestIngestKeyedSchemaChanges: a table with REPLICA IDENTITY DEFAULT
 // (a two-column primary key, a TOASTed column) whose columns change while
 // the ingest runs: ADD COLUMN with a default, DROP COLUMN and a type
@@ -582,25 +606,14 @@ type keyedSnap struct {
 // each), reads replay identically after the kill, and the store ends
 // equal to the table.
 func TestIngestKeyedSchemaChanges(t *testing.T) {
-	db := newPGDB(t,
+	db, dir, args, p := startKeyedTable(t,
 		"CREATE TABLE k (a int, b text, v int NOT NULL, note text, PRIMARY KEY (a, b))",
 		"ALTER TABLE k ALTER COLUMN note SET STORAGE EXTERNAL",
-		"INSERT INTO k SELECT g, 'b' || (g % 3), g, CASE WHEN g % 2 = 1 THEN repeat('n' || g || '-', 800) END FROM generate_series(1, 20) g",
-		"CREATE PUBLICATION rtr FOR TABLE k")
-	slot := db.newSlotName(t)
-	dir := t.TempDir() + "/store"
-	args := keyedArgs(db, slot, dir, "--interval", "20ms")
-	p := startProc(t, nil, args...)
-	keyedCaughtUp(t, db, dir, p)
+		"INSERT INTO k SELECT g, 'b' || (g % 3), g, CASE WHEN g % 2 = 1 THEN repeat('n' || g || '-', 800) END FROM generate_series(1, 20) g")
 	var snaps []keyedSnap
 	txn := func(burst bool, qs ...string) {
 		t.Helper()
-		before := db.insertLSN(t)
-		if len(qs) > 1 {
-			qs = append(append([]string{"BEGIN"}, qs...), "COMMIT")
-		}
-		execAll(t, db.conn, qs...)
-		snaps = append(snaps, keyedSnap{before: before, after: db.insertLSN(t), rows: selectAll(t, db, "k")})
+		snaps = append(snaps, snapTxn(t, db, qs...))
 		if !burst {
 			time.Sleep(30 * time.Millisecond) // a binding or so each
 		}
@@ -660,8 +673,16 @@ func TestIngestKeyedSchemaChanges(t *testing.T) {
 			t.Errorf("binding %d reads differently after the kill:\n%s\nnow:\n%s", at, shortDiff(rows), shortDiff(after[at]))
 		}
 	}
-	// Every binding reads the table after the transactions surely below
-	// its frontier, or also the one the frontier may fall in.
+	checked := checkKeyedSnaps(t, db, dir, snaps)
+	t.Logf("%d transactions, %d bindings exact, %d compared across the kill", len(snaps), checked, len(before))
+}
+
+// checkKeyedSnaps checks that every binding of the store reads table k
+// exactly as one of snaps: the table after the transactions surely below
+// its frontier, or also the one the frontier may fall in; and that the
+// store ends equal to the table. It returns the bindings checked.
+func checkKeyedSnaps(t *testing.T, db *ingestDB, dir string, snaps []keyedSnap) int {
+	t.Helper()
 	checked := 0
 	bs := storeBindings(t, dir, "pg")
 	for _, b := range bs[1:] {
@@ -696,7 +717,7 @@ func TestIngestKeyedSchemaChanges(t *testing.T) {
 	if got, want := readLatest(t, dir, "public.k", bs), selectAll(t, db, "k"); !maps.Equal(got, want) {
 		t.Errorf("at the end the store differs from SELECT *: %s", shortDiff(ingesttest.Diff(ingesttest.Rows{"k": got}, ingesttest.Rows{"k": want})))
 	}
-	t.Logf("%d transactions, %d bindings exact, %d compared across the kill", len(snaps), checked, len(before))
+	return checked
 }
 
 // readLatest reads collection at the last of bindings bs.
@@ -707,4 +728,77 @@ func readLatest(t *testing.T, dir, collection string, bs []frontier.Binding) map
 		t.Fatal(err)
 	}
 	return rows
+}
+
+// TestIngestKeyedKillDuringResnapshot: a SIGKILL while the re-snapshot
+// of a REPLICA IDENTITY DEFAULT table after a schema change is running
+// (right at its start, and a little into it), with writes before and
+// after: the restarted ingest resumes before the change, reads its key
+// state from the store in the old columns, re-snapshots again, and every
+// binding time reads exactly one of the table's states.
+func TestIngestKeyedKillDuringResnapshot(t *testing.T) {
+	db, dir, args, p := startKeyedTable(t,
+		"CREATE TABLE k (a int, b text, v int NOT NULL, PRIMARY KEY (a, b))",
+		"INSERT INTO k SELECT g, 'b' || (g % 3), g FROM generate_series(1, 100000) g")
+	var snaps []keyedSnap
+	txn := func(qs ...string) {
+		t.Helper()
+		snaps = append(snaps, snapTxn(t, db, qs...))
+	}
+	next := 100_000
+	work := func() {
+		n := next
+		next += 10
+		txn(fmt.Sprintf("INSERT INTO k (a, b, v) VALUES (%d, 'x', 1)", n))
+		txn("UPDATE k SET v = v + 1 WHERE a < 6")
+		txn(fmt.Sprintf("UPDATE k SET a = a + 1000000 WHERE a = %d", n/10-9000))
+		txn("DELETE FROM k WHERE a = (SELECT min(a) FROM k WHERE a > 6)")
+	}
+	work()
+	during := 0 // kills before the re-snapshot was durable
+	var stderrs []string
+	changes := []string{
+		"ALTER TABLE k ADD COLUMN c int NOT NULL DEFAULT 7",
+		"ALTER TABLE k ALTER COLUMN v TYPE bigint",
+		"ALTER TABLE k DROP COLUMN c",
+	}
+	for i, ddl := range changes {
+		count := func(what string) int { return strings.Count(string(p.stderr.bytes()), what) }
+		started := count(`msg=re-snapshot `)
+		txn(ddl, "UPDATE k SET v = v + 100 WHERE a = 2")
+		for deadline := time.Now().Add(60 * time.Second); count(`msg=re-snapshot `) <= started; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) || p.exited() {
+				t.Fatalf("no re-snapshot after %q\nstderr:\n%s", ddl, p.stderr.bytes())
+			}
+		}
+		time.Sleep(time.Duration(i) * 40 * time.Millisecond) // at its start, then into it
+		p.kill(t)
+		unfinished := count(`msg=re-snapshot `) > count(`msg="re-snapshot done"`)
+		stderrs = append(stderrs, string(p.stderr.bytes()))
+		work()
+		p = startProc(t, nil, args...)
+		work()
+		keyedCaughtUp(t, db, dir, p)
+		if unfinished && count(`msg="re-snapshot done"`) > 0 {
+			during++ // killed before it was durable: done again
+		}
+	}
+	if during == 0 {
+		t.Errorf("no kill fell during a re-snapshot: the test did not test it")
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("the killed ingests' stderr:\n%s", strings.Join(stderrs, "\n---\n"))
+		}
+	}()
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.bytes())
+	}
+	if strings.Contains(string(p.stderr.bytes()), "definite error") {
+		t.Errorf("a definite error:\n%s", p.stderr.bytes())
+	}
+	checked := checkKeyedSnaps(t, db, dir, snaps)
+	kept := strings.Count(strings.Join(append(stderrs, string(p.stderr.bytes())), ""), "the copy kept before a restart")
+	t.Logf("%d transactions, %d bindings exact; %d of %d kills during a re-snapshot, %d copies kept before a kill handed over again", len(snaps), checked, during, len(changes), kept)
 }

@@ -121,6 +121,27 @@ type imageSnap struct {
 	rows map[string]int64
 }
 
+// imageTxn runs qs in one transaction under binlog_row_image image and
+// returns its GTID's sequence number (domain 0).
+func imageTxn(t *testing.T, c *client.Conn, image string, qs ...string) uint64 {
+	t.Helper()
+	myExec(t, c, "SET SESSION binlog_row_image = '"+image+"'")
+	if len(qs) > 1 {
+		qs = append(append([]string{"BEGIN"}, qs...), "COMMIT")
+	}
+	myExec(t, c, qs...)
+	r, err := c.Execute("SELECT @@last_gtid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := r.GetString(0, 0)
+	_, up, err := replicate.ParsePosition(true, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return up.Get("0") - 1
+}
+
 // imageTableRows is the rows of shop table r as the store prints them
 // (ingesttest.Rows: blobs in base64), with column z when withZ.
 func imageTableRows(t *testing.T, c *client.Conn, withZ bool) map[string]int64 {
@@ -159,21 +180,8 @@ func TestMySQLIngestMinimalImageTable(t *testing.T) {
 	var snaps []imageSnap
 	txn := func(image string, qs ...string) {
 		t.Helper()
-		myExec(t, c, "SET SESSION binlog_row_image = '"+image+"'")
-		if len(qs) > 1 {
-			qs = append(append([]string{"BEGIN"}, qs...), "COMMIT")
-		}
-		myExec(t, c, qs...)
-		r, err := c.Execute("SELECT @@last_gtid")
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, _ := r.GetString(0, 0)
-		_, up, err := replicate.ParsePosition(true, g)
-		if err != nil {
-			t.Fatal(err)
-		}
-		snaps = append(snaps, imageSnap{seq: up.Get("0") - 1, rows: imageTableRows(t, c, withZ)})
+		seq := imageTxn(t, c, image, qs...)
+		snaps = append(snaps, imageSnap{seq: seq, rows: imageTableRows(t, c, withZ)})
 		if !burst {
 			time.Sleep(30 * time.Millisecond) // a binding or so each
 		}
@@ -218,18 +226,7 @@ func TestMySQLIngestMinimalImageTable(t *testing.T) {
 	// key's column alone.
 	myExec(t, c, "SET SESSION binlog_row_image = 'MINIMAL'", "UPDATE nk SET v = 2 WHERE id = 1")
 	txn("MINIMAL", "UPDATE r SET n = 99 WHERE id = 1") // the last, so that the store catches up past nk's update
-	deadline := time.Now().Add(60 * time.Second)
-	last := snaps[len(snaps)-1]
-	for {
-		bs := storeBindings(t, dir, "mysql")
-		if b := bs[len(bs)-1]; b.Frontier.Get("0") > last.seq {
-			break
-		}
-		if time.Now().After(deadline) || p.Exited() {
-			t.Fatalf("the store did not catch up with %d\nstderr:\n%s", last.seq, p.Stderr())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitMyCaughtUp(t, dir, snaps[len(snaps)-1].seq, p)
 	if code := p.Stop(t); code != 0 {
 		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.Stderr())
 	}
@@ -239,28 +236,7 @@ func TestMySQLIngestMinimalImageTable(t *testing.T) {
 			t.Errorf("binding %d reads differently after the kill:\n%s\nnow:\n%s", tm, rows, after[tm])
 		}
 	}
-	// Every binding after time 0 reads the table after the transactions
-	// it covers.
-	checked := 0
-	for _, b := range storeBindings(t, dir, "mysql")[1:] {
-		var want map[string]int64
-		for _, s := range snaps {
-			if b.Frontier.Get("0") > s.seq {
-				want = s.rows
-			}
-		}
-		if want == nil {
-			continue // before the first transaction: the snapshot's rows
-		}
-		got, err := readRows(ctxT(t), dir, d.name+".r", b.Time)
-		if err != nil {
-			t.Fatalf("binding %d (%s): %v", b.Time, b.Frontier, err)
-		}
-		if diff := ingesttest.Diff(ingesttest.Rows{"r": got}, ingesttest.Rows{"r": want}); diff != "" {
-			t.Errorf("binding %d (%s): %s", b.Time, b.Frontier, diff)
-		}
-		checked++
-	}
+	checked := checkImageSnaps(t, dir, d.name+".r", snaps)
 	msg, err := ingesttest.CollectionError(ctxT(t), dir, d.name+".nk")
 	if err != nil || !strings.Contains(msg, "has no primary key") || !strings.Contains(msg, "SET GLOBAL binlog_row_image = 'FULL'") || !strings.Contains(msg, "ADD PRIMARY KEY") {
 		t.Errorf("the table without a primary key: error %q (%v), want one naming the fixes", msg, err)
@@ -274,4 +250,120 @@ func TestMySQLIngestMinimalImageTable(t *testing.T) {
 	}
 	t.Logf("%d transactions, %d bindings exact, %d compared across the kill; %s", len(snaps), checked, len(before),
 		strings.Join(regexp.MustCompile(`msg="key state rebuilt from the store".*`).FindAllString(stderr, -1), " | "))
+}
+
+// checkImageSnaps checks that every binding after time 0 of the store in
+// dir reads collection coll as the table after the transactions (domain
+// 0) it covers, and returns how many it checked.
+func checkImageSnaps(t *testing.T, dir, coll string, snaps []imageSnap) int {
+	t.Helper()
+	checked := 0
+	for _, b := range storeBindings(t, dir, "mysql")[1:] {
+		var want map[string]int64
+		for _, s := range snaps {
+			if b.Frontier.Get("0") > s.seq {
+				want = s.rows
+			}
+		}
+		if want == nil {
+			continue // before the first transaction: the snapshot's rows
+		}
+		got, err := readRows(ctxT(t), dir, coll, b.Time)
+		if err != nil {
+			t.Fatalf("binding %d (%s): %v", b.Time, b.Frontier, err)
+		}
+		if diff := ingesttest.Diff(ingesttest.Rows{"r": got}, ingesttest.Rows{"r": want}); diff != "" {
+			t.Errorf("binding %d (%s): %s", b.Time, b.Frontier, diff)
+		}
+		checked++
+	}
+	return checked
+}
+
+// TestMySQLIngestMinimalKillDuringResnapshot: a SIGKILL while the
+// re-snapshot after an ALTER TABLE of a table written under
+// binlog_row_image MINIMAL is running (its key state comes from the
+// copy, which is not rewound), at its start and a little into it, with
+// writes before and after: every binding time reads exactly the table
+// after the transactions it covers.
+func TestMySQLIngestMinimalKillDuringResnapshot(t *testing.T) {
+	m := testenv.SharedMariaDB(t)
+	d := newMyDB(t, m)
+	d.exec(t, "CREATE TABLE q (id int PRIMARY KEY, v int NOT NULL, note text)",
+		"INSERT INTO q SELECT seq, seq, IF(seq % 2, 'n', NULL) FROM seq_1_to_50000")
+	dir := t.TempDir() + "/store"
+	args := []string{"ingest", "--source", "mysql", "--dsn", m.URL(), "--tables", d.name + ".q", "--store", dir, "--source-id", "mysql", "--interval", "20ms"}
+	p := runBin(t, nil, args...)
+	waitIngestReady(t, dir)
+	c := d.connect(t)
+	cols := []string{"id", "v", "IFNULL(note, '(null)')"}
+	var snaps []imageSnap
+	txn := func(qs ...string) {
+		t.Helper()
+		seq := imageTxn(t, c, "MINIMAL", qs...)
+		snaps = append(snaps, imageSnap{seq: seq, rows: myCountRows(t, c, "SELECT CONCAT_WS('|', "+strings.Join(cols, ", ")+") FROM q")})
+	}
+	next := 100_000
+	work := func() {
+		n := next
+		next += 10
+		txn(fmt.Sprintf("INSERT INTO q (id, v) VALUES (%d, 1)", n))
+		txn("UPDATE q SET v = v + 1 WHERE id < 6")
+		txn(fmt.Sprintf("UPDATE q SET id = id + 1000000 WHERE id = %d", n/10-9000))
+		txn("DELETE FROM q WHERE id = (SELECT min(id) FROM q WHERE id > 6)")
+	}
+	work()
+	during := 0
+	for i, ddl := range []string{"ALTER TABLE q ADD COLUMN z int DEFAULT 7", "ALTER TABLE q MODIFY v bigint NOT NULL", "ALTER TABLE q DROP COLUMN z"} {
+		count := func(what string) int { return strings.Count(p.Stderr(), what) }
+		started := count(`msg=re-snapshot `)
+		switch i {
+		case 0:
+			cols = append(cols, "IFNULL(z, '(null)')")
+		case 2:
+			cols = cols[:3]
+		}
+		txn(ddl)
+		for deadline := time.Now().Add(60 * time.Second); count(`msg=re-snapshot `) <= started; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) || p.Exited() {
+				t.Fatalf("no re-snapshot after %q\nstderr:\n%s", ddl, p.Stderr())
+			}
+		}
+		time.Sleep(time.Duration(i) * 15 * time.Millisecond) // at its start, then a little into it
+		p.Kill(t)
+		unfinished := count(`msg=re-snapshot `) > count(`msg="re-snapshot done"`)
+		work()
+		p = runBin(t, nil, args...)
+		work()
+		waitMyCaughtUp(t, dir, snaps[len(snaps)-1].seq, p)
+		if unfinished && count(`msg="re-snapshot done"`) > 0 {
+			during++ // killed before it was durable: done again
+		}
+	}
+	if during == 0 {
+		t.Errorf("no kill fell during a re-snapshot: the test did not test it")
+	}
+	if code := p.Stop(t); code != 0 {
+		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.Stderr())
+	}
+	checked := checkImageSnaps(t, dir, d.name+".q", snaps)
+	if t.Failed() {
+		t.Logf("stderr of the last run:\n%s", p.Stderr())
+	}
+	t.Logf("%d transactions, %d bindings exact; %d of 3 kills during a re-snapshot", len(snaps), checked, during)
+}
+
+// waitMyCaughtUp waits until the last binding of the store in dir (source
+// mysql) covers domain 0's transaction seq.
+func waitMyCaughtUp(t *testing.T, dir string, seq uint64, p ingesttest.Proc) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		bs := storeBindings(t, dir, "mysql")
+		if b := bs[len(bs)-1]; b.Frontier.Get("0") > seq {
+			return
+		}
+		if time.Now().After(deadline) || p.Exited() {
+			t.Fatalf("the store did not catch up with %d\nstderr:\n%s", seq, p.Stderr())
+		}
+	}
 }

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -130,6 +131,25 @@ func (s *mySink) start(coll string, at frontier.Time, before frontier.Frontier, 
 	s.resnapped[coll] = true
 	log := s.m.log
 	log.Info("re-snapshot", "source", s.m.cfg.Source, "collection", coll, "at", gtidText(at), "why", why)
+	var kept myKept
+	if k, err := readKept(s.m.st, s.m.cfg.Source, coll, gtidText(at), &kept); err != nil || k != nil {
+		// Done before a crash: handed over again as it was, in the
+		// columns it was copied in (described by the stream's, or from
+		// their types).
+		if err == nil {
+			j.rows = k.rows
+			j.copied, err = myarrow.TableFromFields(t.Schema, t.Name, k.fields, t)
+		}
+		if err == nil {
+			j.copied.PrimaryKey = kept.PrimaryKey
+			err = json.Unmarshal([]byte(k.snap), &j.snap)
+			log.Info("re-snapshot: the copy kept before a restart", "source", s.m.cfg.Source, "collection", coll, "at", gtidText(at), "snapshot", k.snap)
+		}
+		j.err = err
+		close(j.done)
+		s.m.Nudge("")
+		return j
+	}
 	go func() {
 		defer close(j.done)
 		defer s.m.Nudge("") // the stream reports its progress at once
@@ -404,6 +424,14 @@ func (s *mySink) finishKeyed(j *myResnap) error {
 	}
 	var copied int64
 	if !j.silent {
+		// Durable before any binding past j.at can be (keptcopy.go).
+		snap, err := json.Marshal(j.snap)
+		if err == nil {
+			err = keepCopy(s.m.st, s.m.cfg.Source, j.coll, gtidText(j.at), string(snap), myKept{PrimaryKey: j.copied.PrimaryKey}, j.copied.Fields(), j.rows)
+		}
+		if err != nil {
+			return err
+		}
 		if err := s.Sink.Reset(j.coll, j.at, arrow.NewSchema(j.copied.Fields(), nil)); err != nil {
 			return err
 		}
@@ -417,6 +445,12 @@ func (s *mySink) finishKeyed(j *myResnap) error {
 	s.give(j.coll, st, j.snap)
 	s.m.log.Info("re-snapshot done", append([]any{"source", s.m.cfg.Source, "collection", j.coll, "at", gtidText(j.at), "rows", copied, "snapshot", j.snap}, stateAttrs(st)...)...)
 	return nil
+}
+
+// myKept is what a kept copy (keptcopy.go) records of the table as
+// copied besides its columns.
+type myKept struct {
+	PrimaryKey []int
 }
 
 // close stops the copies still running.

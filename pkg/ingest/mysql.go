@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -58,6 +59,7 @@ type MySQLConfig struct {
 // to it and lands identically.
 type MySQL struct {
 	cfg     MySQLConfig
+	st      *store.Store // for kept copies (keptcopy.go)
 	log     *slog.Logger
 	nudge   chan struct{}
 	schemas map[string]*myarrow.Table
@@ -91,7 +93,8 @@ func NewMySQL(cfg MySQLConfig) *MySQL {
 }
 
 // Open implements Source.
-func (m *MySQL) Open(ctx context.Context, _ *store.Store) ([]Timeline, error) {
+func (m *MySQL) Open(ctx context.Context, st *store.Store) ([]Timeline, error) {
+	m.st = st
 	cfg := m.cfg
 	if len(cfg.Tables) == 0 {
 		return nil, hint.Wrap(fmt.Errorf("ingest %s: no tables given", cfg.Source), "name them with --tables db.t1,db.t2")
@@ -168,6 +171,17 @@ func (m *MySQL) Stream(ctx context.Context, r StreamRequest) error {
 	sink := &mySink{Sink: r.Sink, m: m, ctx: ctx, skip: m.skip, waiting: map[string]string{}, resnapped: map[string]bool{}, add: r.Add}
 	defer sink.close()
 	start := r.Start[id]
+	// Kept copies of re-snapshots below the start are never asked for again.
+	if err := sweepKept(m.st, id, func(at string) bool {
+		i := strings.LastIndexByte(at, ':')
+		if i < 0 {
+			return true
+		}
+		pos, err := strconv.ParseUint(at[i+1:], 10, 64)
+		return err != nil || start.Beyond(frontier.Time{Partition: at[:i], Pos: pos})
+	}); err != nil {
+		return err
+	}
 	for _, c := range m.cfg.Resnapshot {
 		if db, tn, err := myarrow.ParseName(c); err == nil {
 			c = myarrow.CollectionName(db, tn)

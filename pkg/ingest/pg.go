@@ -71,6 +71,7 @@ type PGConfig struct {
 // the publication's changes from the slot (replicate.StreamPG).
 type PG struct {
 	cfg   PGConfig
+	st    *store.Store // for kept copies (keptcopy.go)
 	log   *slog.Logger
 	nudge chan struct{}
 	// pollNow asks the stream's sink to read the publication's tables at
@@ -142,6 +143,7 @@ func DefaultSlot(st *store.Store, source string) string {
 
 // Open implements Source.
 func (p *PG) Open(ctx context.Context, st *store.Store) ([]Timeline, error) {
+	p.st = st
 	cfg := p.cfg
 	if cfg.Slot == "" {
 		if info, err := st.ReadSourceInfo(cfg.Source); err == nil && info.Upstream["slot"] != "" {
@@ -222,6 +224,10 @@ func (p *PG) Stream(ctx context.Context, r StreamRequest) error {
 		// Only snapshots are durable: they hold the tables as of the slot's
 		// start, so replication starts where the slot does.
 		startLSN = 0
+	}
+	// Kept copies of re-snapshots below the start are never asked for again.
+	if err := sweepKept(p.st, id, func(at string) bool { l, err := frontier.ParseLSN(at); return err != nil || l < startLSN }); err != nil {
+		return err
 	}
 	pollCtx, stopPoll := context.WithCancel(ctx)
 	defer stopPoll()

@@ -137,6 +137,19 @@ func (s *pgSink) start(coll string, at frontier.LSN, t *pgarrow.Table, why strin
 	j := &resnap{coll: coll, at: at, limit: at, table: t, why: why, cancel: cancel, done: make(chan struct{})}
 	s.jobs = append(s.jobs, j)
 	s.p.log.Info("re-snapshot", "source", s.p.cfg.Source, "collection", coll, "at", at, "why", why)
+	var kept pgarrow.Table
+	if k, err := readKept(s.p.st, s.p.cfg.Source, coll, at.String(), &kept); err != nil || k != nil {
+		// Done before a crash: handed over again as it was.
+		if err == nil {
+			j.rows, j.copied = k.rows, &kept
+			j.snapLSN, err = frontier.ParseLSN(k.snap)
+			s.p.log.Info("re-snapshot: the copy kept before a restart", "source", s.p.cfg.Source, "collection", coll, "at", at, "snapshot_lsn", k.snap)
+		}
+		j.err = err
+		close(j.done)
+		s.p.Nudge("")
+		return j
+	}
 	go func() {
 		defer close(j.done)
 		defer s.p.Nudge("") // the stream reports its progress at once
@@ -595,6 +608,10 @@ func (s *pgSink) finishKeyed(j *resnap, key []string) error {
 	}
 	var copied int64
 	if !j.silent {
+		// Durable before any binding past j.at can be (keptcopy.go).
+		if err := keepCopy(s.p.st, s.p.cfg.Source, j.coll, j.at.String(), j.snapLSN.String(), j.copied, j.copied.Fields(), j.rows); err != nil {
+			return err
+		}
 		if err := s.Sink.Reset(j.coll, at, arrow.NewSchema(j.copied.Fields(), nil)); err != nil {
 			return err
 		}

@@ -519,6 +519,12 @@ func (d *driver) schemaOf(collection string) *arrow.Schema {
 	if err != nil || sh.Refresh(d.ctx) != nil {
 		return nil
 	}
+	if u := sh.Upper(); u > 0 {
+		// A generation starting at the upper (committed by a re-snapshot
+		// killed before its contents were) is not in force yet: the
+		// stream resumes below it, in the columns before it.
+		return sh.SchemaAt(u - 1)
+	}
 	return sh.Schema()
 }
 

@@ -50,7 +50,9 @@ type StreamRequest struct {
 	// in a row inside the stream (0: for ever); past it the stream fails.
 	RetryFor time.Duration
 	// Schema returns a collection's user columns as the store holds them
-	// (its latest generation's), nil when it has no shard: a source whose
+	// at its last readable time (the generation in force just below its
+	// upper: one committed at the upper by a re-snapshot killed before its
+	// contents were is not), nil when it has no shard: a source whose
 	// upstream may have changed a table while it was not followed checks
 	// its first description of it against this.
 	Schema func(collection string) *arrow.Schema

@@ -419,10 +419,13 @@ func (d *decoder) relation(ctx context.Context, m *pglogrepl.RelationMessage) er
 			}
 			if diff != "" {
 				change := fmt.Sprintf("the columns of %s changed while it was not followed (%s)", name, diff)
-				if ident == "full" {
+				if keyed := ident != "full"; !keyed || d.canRestate() {
+					// A keyed table's state comes from the copy, as for a
+					// change seen in the stream.
 					if taken, err = d.takeOver(t, change); err != nil {
 						return err
 					}
+					restating = taken && keyed
 				}
 				if !taken {
 					return d.stop(r, fmt.Sprintf("%s, seen at %s; the collection stops here: re-snapshot it", change, d.at()))
