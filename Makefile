@@ -37,11 +37,13 @@ services-down:
 fuzz:
 	@scripts/fuzz.sh   # every fuzz target, FUZZTIME each (default 10s)
 
+# Every benchmark: the speed and load runs, then the scale runs.
 bench: deps build
 	@scripts/bench.sh
+	@BENCH_ROWS=$(BENCH_ROWS) scripts/bench-scale.sh
 
 # Time and peak RSS of ingest, read and compact at 1M and BENCH_ROWS rows
-# beside psql COPY (docs/benchmarks.md); slow, not part of test or bench.
+# beside psql COPY (docs/benchmarks.md); slow, part of bench, not of test.
 BENCH_ROWS ?= 10000000
 bench-scale: deps build
 	@BENCH_ROWS=$(BENCH_ROWS) scripts/bench-scale.sh
