@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"time"
 
@@ -69,7 +70,7 @@ Examples:
 			&cli.StringFlag{Name: "tables", Usage: "pg: comma-separated tables, named as SQL names them: public.orders,public.\"RelMix\" (default: every table of the publication); mysql: db.table,... with backticks where SQL needs them, or db.* for every table of db, tables created while the ingest runs included (required)"},
 			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "pg, mysql: snapshot connections"},
 			&cli.DurationFlag{Name: "interval", Value: reclock.DefaultInterval, Usage: "least time between two bindings (commits)"},
-			&cli.Int64Flag{Name: "txn-memory", Usage: "bytes of updates not yet bound (a large transaction before its commit) held in memory; beyond it they are staged in the store until their commit (default 32 MiB; -1: never stage)"},
+			&cli.Int64Flag{Name: "txn-memory", Usage: "bytes of updates not yet bound (a large transaction before its commit) held in memory; beyond it they are staged in the store until their commit (default: a sixteenth of --memory-limit, at most 32 MiB; -1: never stage)"},
 			&cli.DurationFlag{Name: "retain", Value: store.DefaultRetain, Usage: "history kept readable by background compaction"},
 			&cli.DurationFlag{Name: "compact-every", Value: time.Minute, Usage: "how often to compact (0 disables)"},
 			&cli.DurationFlag{Name: "retry-for", Usage: "give up when the upstream has been failing (restarting, unreachable) this long (default: retry for ever; permanent errors such as a wrong password fail at once)"},
@@ -91,6 +92,10 @@ Examples:
 			if c.String("store") == "" {
 				return usagef("pass --store DIR", "no --store given")
 			}
+			txnMemory, err := theMemory.txnMemory(c)
+			if err != nil {
+				return err
+			}
 			src, err := k.ingest(c, u)
 			if err != nil {
 				return err
@@ -101,7 +106,7 @@ Examples:
 				run: ingest.Options{
 					Interval: c.Duration("interval"), CompactEvery: c.Duration("compact-every"),
 					RecencyAddr: c.String("recency-addr"), RetryFor: c.Duration("retry-for"),
-					AfterCommit: faultAfterCommit(), MemoryBudget: c.Int64("txn-memory"),
+					AfterCommit: faultAfterCommit(), MemoryBudget: txnMemory,
 				},
 			}
 			if opts.run.CompactEvery == 0 {
@@ -140,6 +145,7 @@ func runIngest(ctx context.Context, src ingest.Source, opts ingestOptions) error
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	slog.Info("memory budget", append(theMemory.attrs(), "txn_memory", formatSize(opts.run.MemoryBudget))...)
 	return ingest.Run(ctx, src, st, opts.run)
 }
 

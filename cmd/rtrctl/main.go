@@ -161,9 +161,13 @@ Exit statuses:
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format on stderr: text or json", EnvVars: []string{"RTR_LOG_FORMAT"}},
 			// urfave/cli adds --help only with its own help command, which
 			// helpCommand replaces.
+			memoryLimitFlag,
 			cli.HelpFlag,
 		},
 		Before: func(c *cli.Context) error {
+			if err := setupMemory(c); err != nil {
+				return err
+			}
 			return setupLogging(c, stderr)
 		},
 		OnUsageError: func(c *cli.Context, err error, isSubcommand bool) error {
