@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/rtrctl/rtrctl/pkg/ingest"
+	"github.com/rtrctl/rtrctl/pkg/keystate"
 	"github.com/rtrctl/rtrctl/pkg/reclock"
 	"github.com/rtrctl/rtrctl/pkg/store"
 )
@@ -70,6 +71,8 @@ Examples:
 			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "pg, mysql: snapshot connections"},
 			&cli.DurationFlag{Name: "interval", Value: reclock.DefaultInterval, Usage: "least time between two bindings (commits)"},
 			&cli.Int64Flag{Name: "txn-memory", Usage: "bytes of updates not yet bound (a large transaction before its commit) held in memory; beyond it they are staged in the store until their commit (default 32 MiB; -1: never stage)"},
+			&cli.StringFlag{Name: "state-dir", Usage: "kafka upsert: where each topic keeps its state on disk, a directory per source under it (default STORE/state); safe to delete while no ingest runs (it is rebuilt from the store)"},
+			&cli.Int64Flag{Name: "state-cache", Value: keystate.DefaultCacheBytes, Usage: "kafka upsert: bytes of memory for each topic's state (its cache and the on-disk store's); the state itself lives on disk"},
 			&cli.DurationFlag{Name: "retain", Value: store.DefaultRetain, Usage: "history kept readable by background compaction"},
 			&cli.DurationFlag{Name: "compact-every", Value: time.Minute, Usage: "how often to compact (0 disables)"},
 			&cli.DurationFlag{Name: "retry-for", Usage: "give up when the upstream has been failing (restarting, unreachable) this long (default: retry for ever; permanent errors such as a wrong password fail at once)"},

@@ -75,6 +75,7 @@ func init() {
 				Upstream: ku.kafka, Topics: ku.topics, Source: c.String("source-id"),
 				Envelope: c.String("envelope"), KeyFormat: c.String("key-format"), ValueFormat: c.String("value-format"),
 				Group: c.String("group"), MaxRecordBytes: c.Int("max-record-bytes"),
+				StateDir: c.String("state-dir"), StateCache: c.Int64("state-cache"),
 			}), nil
 		},
 		// The recorded cluster, with the SASL password from the recorded
