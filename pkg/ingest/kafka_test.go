@@ -464,10 +464,15 @@ func TestKafkaIngestUpsertRestart(t *testing.T) {
 	next := func(n uint64) uint64 { rnd = rnd*6364136223846793005 + 1442695040888963407; return (rnd >> 33) % n }
 	var starts []map[int32]int64
 	var mu sync.Mutex
+	var logs []*stateLog
 	for round := 0; round < 4; round++ {
 		start := map[int32]int64{}
 		starts = append(starts, start)
+		// No room for a cache (StateCache 1): lookups go to the state on
+		// disk, which restarts reuse.
+		logs = append(logs, &stateLog{})
 		run := startIngest(t, st, KafkaConfig{Upstream: k.Upstream(), Topics: []string{"up"}, Envelope: "upsert", KeyFormat: "text", ValueFormat: "text",
+			StateCache: 1, Logger: slog.New(logs[round]),
 			OnStart: func(topic string, p int32, off int64) { mu.Lock(); start[p] = off; mu.Unlock() }})
 		for i := 0; i < 60; i++ {
 			key := fmt.Sprintf("k%d", next(8))
@@ -512,7 +517,48 @@ func TestKafkaIngestUpsertRestart(t *testing.T) {
 	if resumed == 0 {
 		t.Errorf("no restart resumed past offset 0: %v", starts)
 	}
+	var outcomes []string
+	for _, l := range logs {
+		outcomes = append(outcomes, l.outcome())
+	}
+	// The first run creates the state; restarts reuse it or catch it up
+	// (the stream folds commits while it runs; what it had not folded when
+	// stopped is caught up), never rebuild it.
+	if outcomes[0] != "created" {
+		t.Errorf("first run: upsert state %s, want created", outcomes[0])
+	}
+	for i, o := range outcomes[1:] {
+		if o != "reused" && o != "caught up" {
+			t.Errorf("restart %d: upsert state %q, want reused or caught up (all: %v)", i+1, o, outcomes)
+		}
+	}
 	checkUpsertModel(t, st, "kafka.up", "up", log)
+}
+
+// stateLog is a slog.Handler that keeps the upsert state's outcome at
+// the start (the message "upsert state <how>").
+type stateLog struct {
+	mu  sync.Mutex
+	how string
+}
+
+func (l *stateLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *stateLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *stateLog) WithGroup(string) slog.Handler            { return l }
+func (l *stateLog) Handle(_ context.Context, r slog.Record) error {
+	if how, ok := strings.CutPrefix(r.Message, "upsert state "); ok && !strings.Contains(how, ":") {
+		l.mu.Lock()
+		l.how = how
+		l.mu.Unlock()
+	}
+	return nil
+}
+
+// outcome is the outcome logged.
+func (l *stateLog) outcome() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.how
 }
 
 // checkUpsertModel compares the collection at every binding time with the

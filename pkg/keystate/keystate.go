@@ -109,13 +109,13 @@ func Open(cfg Config) (*DB, error) {
 	if d.log == nil {
 		d.log = slog.Default()
 	}
-	if err := d.open(); err != nil {
+	if err := d.open(false); err != nil {
 		return nil, err
 	}
 	return d, nil
 }
 
-func (d *DB) open() error {
+func (d *DB) open(retried bool) error {
 	if err := os.MkdirAll(d.cfg.Dir, 0o755); err != nil {
 		return fmt.Errorf("open key state %s: %w", d.cfg.Dir, err)
 	}
@@ -128,6 +128,18 @@ func (d *DB) open() error {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
 	db, err := pebble.Open(d.cfg.Dir, opts)
+	if err != nil && !retried {
+		// Not a pebble directory (stray files, a torn copy): it is only
+		// ever rebuilt from the store, so start it afresh.
+		if rerr := os.RemoveAll(d.cfg.Dir); rerr != nil {
+			return fmt.Errorf("open key state %s: %w; clearing it: %w", d.cfg.Dir, err, rerr)
+		}
+		if err := d.open(true); err != nil {
+			return err
+		}
+		d.found = fmt.Sprintf("it did not open (%v)", err)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("open key state %s: %w (delete the directory to rebuild it from the store)", d.cfg.Dir, err)
 	}
@@ -249,7 +261,13 @@ func (d *DB) Sync(ctx context.Context, sh *store.Shard, asOf uint64, c Codec) (O
 		}
 		reason = fmt.Sprintf("the changes since its time %d do not read (%v)", at, err)
 	case d.m.None && d.found == "":
-		reason = "it was empty (nothing was durable)"
+		// Empty since nothing was durable: everything in the store is a
+		// change since.
+		n, err := d.rebuild(ctx, sh, asOf, c)
+		if err != nil {
+			return Outcome{}, err
+		}
+		return Outcome{How: "caught up", Updates: n}, nil
 	}
 	if err := d.wipe(); err != nil {
 		return Outcome{}, err
@@ -289,7 +307,7 @@ func (d *DB) wipe() error {
 	if err := os.RemoveAll(d.cfg.Dir); err != nil {
 		return fmt.Errorf("clear key state %s: %w", d.cfg.Dir, err)
 	}
-	return d.open()
+	return d.open(true)
 }
 
 // commit commits b with m as the meta record and makes m the DB's.
