@@ -55,7 +55,10 @@ read with isolation level read_committed from where the store ends.
 timestamp, header_keys, header_values); --envelope upsert keeps one row per
 key (a null value deletes it). --key-format/--value-format: bytes, text or
 json. A record that does not decode is a definite error of its collection
-(docs/kafka.md).
+(docs/kafka.md). Upsert keeps every key's value on disk in STORE/state/<source
+id>/ (--state-dir) behind a cache of --state-cache bytes, reused at restart
+(logged as "upsert state reused" or "caught up"); deleting it while no ingest
+runs is safe: it is rebuilt from the store.
 
 Examples:
   rtrctl ingest --source pg --dsn postgres://app@127.0.0.1/app --publication rtr --store ./data
