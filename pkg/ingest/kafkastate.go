@@ -17,7 +17,7 @@ import (
 
 // stateFollowEvery is how often a stream folds what the store committed
 // into its on-disk upsert state.
-const stateFollowEvery = 250 * time.Millisecond
+const stateFollowEvery = time.Second
 
 // upsertState is a Kafka upsert topic's state on disk (keystate.DB): the
 // decoder's Backing, its table a cache in front of it. The DB is written
@@ -31,7 +31,11 @@ type upsertState struct {
 	codec  keystate.Codec
 	source string
 	clean  atomic.Pointer[map[int32]int64]
+	folds  atomic.Uint64
 }
+
+// Folds implements kafkafmt.Backing.
+func (u *upsertState) Folds() uint64 { return u.folds.Load() }
 
 // Get implements kafkafmt.Backing.
 func (u *upsertState) Get(key, dst []byte) ([]byte, bool, error) { return u.db.Get(key, dst) }
@@ -57,6 +61,7 @@ func (u *upsertState) publish(f frontier.Frontier) error {
 		m[n] = int64(f.Get(p))
 	}
 	u.clean.Store(&m)
+	u.folds.Add(1)
 	return nil
 }
 

@@ -289,6 +289,11 @@ type upsertDecoder struct {
 	budget  int64
 	got     []byte // scratch: a value read from the backing
 	evicted int
+	// evictedAt is 1 + the backing's Folds when a pass left the table
+	// over budget (0: none did).
+	evictedAt uint64
+	// err is the backing's failure: the decoder stops (Failer).
+	err error
 }
 
 // touch is a key netted in the batch: whether it was live before the
@@ -311,20 +316,17 @@ func (d *upsertDecoder) Add(r *kgo.Record) error {
 	if r.Key == nil {
 		return d.decodeErr(r, "the upsert envelope needs a key, the record has a null key")
 	}
+	if d.err != nil {
+		return d.err
+	}
 	if err := d.check(r); err != nil {
 		return err
 	}
 	if d.net {
 		if from, ok := d.netFrom[r.Partition]; !ok || r.Offset >= from {
-			if d.backing != nil {
-				// Into the table before drain, which reads the table only.
-				if _, _, err := d.lookup(r.Key, d.state.hash(r.Key)); err != nil {
-					return err
-				}
-			}
 			d.queue = append(d.queue, queued{key: r.Key, value: r.Value, part: r.Partition, off: r.Offset})
 			if len(d.queue) == probeBatch {
-				d.drain()
+				return d.drain()
 			}
 			return nil
 		}
@@ -380,9 +382,9 @@ type queued struct {
 // drain applies the queued records in order (addNet). It first touches
 // the state each will read, so that the cache misses of the batch overlap:
 // with a state larger than the caches they are most of the work.
-func (d *upsertDecoder) drain() {
-	if len(d.queue) == 0 {
-		return
+func (d *upsertDecoder) drain() error {
+	if len(d.queue) == 0 || d.err != nil {
+		return d.err
 	}
 	var hs [probeBatch]uint64
 	sink := d.sink
@@ -391,11 +393,21 @@ func (d *upsertDecoder) drain() {
 		sink += d.state.touch(hs[i])
 	}
 	d.sink = sink
+	if d.backing != nil {
+		// Keys the table does not hold come from the backing first.
+		for i := range d.queue {
+			if _, _, err := d.lookup(d.queue[i].key, hs[i]); err != nil {
+				d.err = err
+				return err
+			}
+		}
+	}
 	for i := range d.queue {
 		d.addNet(&d.queue[i], hs[i])
 	}
 	clear(d.queue)
 	d.queue = d.queue[:0]
+	return nil
 }
 
 // addNet applies q, whose key hashes to h, to the state and notes the key

@@ -23,6 +23,9 @@ type Backing interface {
 	// backing already. It is called from the decoder's goroutine while
 	// the backing is caught up in another.
 	Clean(partition int32, offset int64) bool
+	// Folds counts the catch-ups of the backing: while it stays the same,
+	// what Clean answers does not change.
+	Folds() uint64
 }
 
 // Backed is implemented by decoders whose state can live in a Backing
@@ -36,6 +39,17 @@ type Backed interface {
 	// and _diff of a store record of the collection.
 	StateRows(rec arrow.Record, fn func(key, value []byte, diff int64) error) error
 }
+
+// Failer is implemented by decoders that can fail outside Add (a backed
+// upsert decoder whose backing failed while Flush applied the last
+// records): after Flush, a non-nil Err means the batch is not the
+// topic's and the stream must stop.
+type Failer interface {
+	Err() error
+}
+
+// Err implements Failer.
+func (d *upsertDecoder) Err() error { return d.err }
 
 // posLoaded is the partition of an entry loaded from the backing and not
 // changed since (always clean).
@@ -96,6 +110,10 @@ func (d *upsertDecoder) evict() {
 	if d.backing == nil || st.tableBytes() <= d.budget {
 		return
 	}
+	folds := d.backing.Folds()
+	if d.evictedAt == folds+1 {
+		return // nothing more is clean since the last pass
+	}
 	// compact leaves the arena twice its live records.
 	target := int(max(d.budget*3/4-8*int64(len(st.slots)+len(st.ids)), 0) / 2)
 	var drop []uint32
@@ -111,6 +129,10 @@ func (d *upsertDecoder) evict() {
 	})
 	for _, id := range drop {
 		st.remove(id)
+	}
+	if st.tableBytes() > d.budget {
+		// All that is clean is gone: wait for the next fold.
+		d.evictedAt = folds + 1
 	}
 	d.evicted += len(drop)
 	if st.garbage > 0 {

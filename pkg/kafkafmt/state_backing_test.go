@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow/go/v17/arrow"
@@ -19,6 +20,7 @@ type mapBacking struct {
 	pending []flushed
 	clean   map[int32]int64
 	gets    int
+	folds   uint64
 }
 
 // flushed is a decoder's batch not yet committed: its rows and, per
@@ -35,6 +37,8 @@ func (b *mapBacking) Get(key, dst []byte) ([]byte, bool, error) {
 }
 
 func (b *mapBacking) Clean(p int32, off int64) bool { return off < b.clean[p] }
+
+func (b *mapBacking) Folds() uint64 { return b.folds }
 
 // commit folds the oldest n batches.
 func (b *mapBacking) commit(t *testing.T, n int) {
@@ -62,6 +66,7 @@ func (b *mapBacking) commit(t *testing.T, n int) {
 		}
 	}
 	b.pending = append(b.pending[:0], b.pending[n:]...)
+	b.folds++
 }
 
 // TestUpsertBacked runs random upserts and deletes over many keys and two
@@ -130,4 +135,37 @@ func TestUpsertBacked(t *testing.T) {
 func sorted(s []string) []string {
 	slices.Sort(s)
 	return s
+}
+
+// failingBacking fails every Get.
+type failingBacking struct{ mapBacking }
+
+func (failingBacking) Get([]byte, []byte) ([]byte, bool, error) {
+	return nil, false, fmt.Errorf("disk on fire")
+}
+
+// TestUpsertBackingFails: a backing that fails stops the decoder: the
+// Add that reads it or, when Flush applied the last records, Err after
+// it; nothing is decoded after.
+func TestUpsertBackingFails(t *testing.T) {
+	d := newDec(t, "upsert", "bytes", "bytes").(*upsertDecoder)
+	d.NetFrom(map[int32]int64{})
+	d.SetBacking(&failingBacking{}, 0, 1<<20)
+	if err := d.Add(rec(0, 0, []byte("k"), []byte("v"))); err != nil {
+		t.Fatalf("a queued record failed at once: %v", err)
+	}
+	if r := d.Flush(); r != nil {
+		r.Release()
+	}
+	if d.Err() == nil || !strings.Contains(d.Err().Error(), "disk on fire") {
+		t.Fatalf("after Flush: Err %v, want the backing's failure", d.Err())
+	}
+	if err := d.Add(rec(0, 1, []byte("k2"), []byte("v"))); err == nil {
+		t.Fatal("Add after the failure succeeded")
+	}
+	d2 := newDec(t, "upsert", "bytes", "bytes").(*upsertDecoder)
+	d2.SetBacking(&failingBacking{}, 0, 1<<20)
+	if err := d2.Add(rec(0, 0, []byte("k"), []byte("v"))); err == nil || !strings.Contains(err.Error(), "disk on fire") {
+		t.Fatalf("record by record: Add %v, want the backing's failure", err)
+	}
 }

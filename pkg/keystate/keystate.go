@@ -21,7 +21,6 @@
 package keystate
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -421,43 +420,22 @@ func (d *DB) count() (int64, error) {
 	return n, nil
 }
 
-// change is what one time does to a key: it retracts its row (del), and
-// inserts row (put).
+// change is what the changes of a fold do to a key: whether it was there
+// before them (its first change retracts a row), and whether it is there
+// after them (its last change, at time at, inserts row).
 type change struct {
-	del, put bool
-	row      []byte
+	before, after bool
+	first, at     uint64
+	row           []byte
 }
 
-// catchUp folds the changes of sh in (at, asOf] into the DB, a time at a
-// time: at one time a key loses at most its old row and gains at most
-// its new one, in whatever order the changes come.
+// catchUp folds the changes of sh in (at, asOf] into the DB: per key, its
+// row after its last change, so a key changed at many times of the
+// window is written once. At one time a key loses at most its old row
+// and gains at most its new one, in whatever order the changes come.
 func (d *DB) catchUp(ctx context.Context, sh *store.Shard, at, asOf uint64, c Codec) (int64, error) {
-	f := &folder{d: d, b: d.db.NewBatch()}
-	keys := d.Keys()
 	var n int64
-	var cur uint64
 	byKey := map[string]*change{}
-	apply := func() error {
-		for k, ch := range byKey {
-			switch {
-			case ch.put:
-				if err := f.set([]byte(k), ch.row); err != nil {
-					return err
-				}
-			case ch.del:
-				if err := f.del([]byte(k)); err != nil {
-					return err
-				}
-			}
-			if ch.put && !ch.del {
-				keys++
-			} else if ch.del && !ch.put {
-				keys--
-			}
-		}
-		clear(byKey)
-		return nil
-	}
 	err := sh.StreamChanges(ctx, at, asOf, func(*arrow.Schema) error { return nil }, func(rec arrow.Record) error {
 		times, ok := timeColumn(rec)
 		if !ok {
@@ -467,35 +445,50 @@ func (d *DB) catchUp(ctx context.Context, sh *store.Shard, at, asOf uint64, c Co
 		return c.StateRows(rec, func(key, row []byte, diff int64) error {
 			t := times.Value(i)
 			i++
-			if t != cur {
-				if err := apply(); err != nil {
-					return err
-				}
-				cur = t
-			}
 			n++
 			ch := byKey[string(key)]
 			if ch == nil {
-				ch = &change{}
+				ch = &change{first: t, at: t}
 				byKey[string(key)] = ch
+			} else if t != ch.at {
+				// A later time (changes come in time order): what the key
+				// is after it is what this time says.
+				ch.at, ch.after, ch.row = t, false, ch.row[:0]
 			}
 			switch {
-			case diff == -1 && !ch.del:
-				ch.del = true
-			case diff == 1 && !ch.put:
-				ch.put, ch.row = true, bytes.Clone(row)
+			case diff == 1 && !ch.after:
+				ch.after, ch.row = true, append(ch.row[:0], row...)
+			case diff == -1:
+				// A retraction at the key's first time is of the row it
+				// had before the fold.
+				ch.before = ch.before || t == ch.first
 			default:
-				return fmt.Errorf("key %q changes more than once at time %d (diff %d), but a keyed collection holds each key once", key, t, diff)
+				return fmt.Errorf("key %q gains two rows at time %d (diff %d), but a keyed collection holds each key once", key, t, diff)
 			}
 			return nil
 		})
 	})
-	if err == nil {
-		err = apply()
-	}
 	if err != nil {
-		f.b.Close()
 		return 0, fmt.Errorf("catch up key state %s from %d to %d: %w", d.cfg.Dir, at, asOf, err)
+	}
+	f := &folder{d: d, b: d.db.NewBatch()}
+	keys := d.Keys()
+	for k, ch := range byKey {
+		switch {
+		case ch.after:
+			err = f.set([]byte(k), ch.row)
+		case ch.before:
+			err = f.del([]byte(k))
+		}
+		if err != nil {
+			f.b.Close()
+			return 0, fmt.Errorf("catch up key state %s from %d to %d: %w", d.cfg.Dir, at, asOf, err)
+		}
+		if ch.after && !ch.before {
+			keys++
+		} else if ch.before && !ch.after {
+			keys--
+		}
 	}
 	if err := d.commit(f.b, meta{Ident: d.cfg.Ident, At: asOf, Keys: keys, Valid: true}, pebble.NoSync); err != nil {
 		return 0, err
