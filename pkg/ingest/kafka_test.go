@@ -628,6 +628,35 @@ func BenchmarkKafkaIngest(b *testing.B) {
 	}
 }
 
+// BenchmarkKafkaIngestDistinct is BenchmarkKafkaIngest's upsert over
+// mostly distinct keys (2M records drawn from 2M keys: about 1.26M keys)
+// with a 32 MiB state cache, so most keys live only in the state on disk:
+// the cost of the cache's misses, evictions and the folds.
+//
+//	go test ./pkg/ingest -run '^$' -bench BenchmarkKafkaIngestDistinct -benchtime 2x
+func BenchmarkKafkaIngestDistinct(b *testing.B) {
+	const records, partitions = 2_000_000, 4
+	k := testenv.StartKafka(b)
+	produceBench(b, k.Brokers, "distinct", records, records, partitions)
+	var took time.Duration
+	for i := 0; i < b.N; i++ {
+		st := openStore(b)
+		start := time.Now()
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		run := startIngest(b, st, KafkaConfig{Upstream: upstream.ParseKafka(strings.Join(k.Brokers, ",")), Topics: []string{"distinct"}, Envelope: "upsert",
+			StateCache: 32 << 20, Logger: quiet}, Options{Interval: 100 * time.Millisecond, Logger: quiet})
+		waitCaughtUp(b, st, k.Brokers, "", "distinct", 5*time.Minute)
+		took += time.Since(start)
+		if err := run.stop(b); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.RemoveAll(st.Dir()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(records*b.N)/took.Seconds(), "records/s")
+}
+
 // produceBench writes records 100-byte records over keys keys to a new
 // topic; a key always goes to one partition, as with Kafka's key hashing.
 func produceBench(b *testing.B, brokers []string, topic string, records, keys, partitions int) {
