@@ -117,7 +117,7 @@ func (k *Kafka) openUpsertState(ctx context.Context, r Resume, topic string, sh 
 	}
 	ident := fmt.Sprintf("kafka upsert state v1: store %s, source %s, collection %s, key %s, value %s",
 		k.st.ID(), source, topic, k.keyF.Name(), k.valF.Name())
-	db, err := keystate.Open(keystate.Config{Dir: filepath.Join(base, url.PathEscape(source)), Ident: ident, PebbleBytes: budget / 4, Logger: k.log})
+	db, err := keystate.Open(keystate.Config{Dir: filepath.Join(base, url.PathEscape(source)), Ident: ident, PebbleBytes: budget / 2, Logger: k.log})
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +137,7 @@ func (k *Kafka) openUpsertState(ctx context.Context, r Resume, topic string, sh 
 		db.Close()
 		return nil, err
 	}
-	dec.SetBacking(u, int(db.Keys()), budget-budget/4)
+	dec.SetBacking(u, int(db.Keys()), budget-budget/2)
 	args := []any{"source", source, "dir", filepath.Join(base, url.PathEscape(source)), "keys", db.Keys(), "as_of", max(r.Durable, 1) - 1, "updates", out.Updates, "took", time.Since(began).Round(time.Millisecond).String()}
 	if out.Reason != "" {
 		args = append(args, "why", out.Reason)

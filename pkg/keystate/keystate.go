@@ -119,9 +119,13 @@ func (d *DB) open(retried bool) error {
 		return fmt.Errorf("open key state %s: %w", d.cfg.Dir, err)
 	}
 	budget := max(d.cfg.PebbleBytes, 8<<20)
-	c := pebble.NewCache(budget / 2)
+	c := pebble.NewCache(budget * 3 / 4)
 	defer c.Unref()
-	opts := &pebble.Options{Cache: c, MemTableSize: uint64(budget / 4), Logger: quietLogger{d.log}}
+	// No write-ahead log: the DB is a cache of the store, and what pebble
+	// keeps of it after a crash (its flushed memtables, a prefix of the
+	// batches committed, each with its meta record) is a state as of an
+	// earlier committed time, which a start catches up. Close flushes.
+	opts := &pebble.Options{Cache: c, MemTableSize: uint64(budget / 8), Logger: quietLogger{d.log}, DisableWAL: true}
 	opts.EnsureDefaults()
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
@@ -173,7 +177,10 @@ func (d *DB) Close() error {
 	if d.db == nil {
 		return nil
 	}
-	err := d.db.Close()
+	err := d.db.Flush()
+	if cerr := d.db.Close(); err == nil {
+		err = cerr
+	}
 	d.db = nil
 	if err != nil {
 		return fmt.Errorf("close key state %s: %w", d.cfg.Dir, err)
@@ -231,7 +238,7 @@ func (d *DB) Reset(ctx context.Context) error {
 	if err := d.wipe(); err != nil {
 		return err
 	}
-	return d.commit(d.db.NewBatch(), meta{Ident: d.cfg.Ident, Valid: true, None: true}, pebble.Sync)
+	return d.commit(d.db.NewBatch(), meta{Ident: d.cfg.Ident, Valid: true, None: true}, true)
 }
 
 // Sync makes the DB the collection in sh as of asOf: reused when it is
@@ -309,8 +316,9 @@ func (d *DB) wipe() error {
 	return d.open(true)
 }
 
-// commit commits b with m as the meta record and makes m the DB's.
-func (d *DB) commit(b *pebble.Batch, m meta, opts *pebble.WriteOptions) error {
+// commit commits b with m as the meta record and makes m the DB's;
+// durable flushes it to disk before it returns.
+func (d *DB) commit(b *pebble.Batch, m meta, durable bool) error {
 	defer b.Close()
 	enc, err := json.Marshal(m)
 	if err != nil {
@@ -319,8 +327,14 @@ func (d *DB) commit(b *pebble.Batch, m meta, opts *pebble.WriteOptions) error {
 	if err := b.Set(metaKey, enc, nil); err != nil {
 		return fmt.Errorf("key state %s: %w", d.cfg.Dir, err)
 	}
-	if err := b.Commit(opts); err != nil {
+	if err := b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("key state %s: commit: %w", d.cfg.Dir, err)
+	}
+	if durable {
+		// Without a write-ahead log, durable is a flush of the memtables.
+		if err := d.db.Flush(); err != nil {
+			return fmt.Errorf("key state %s: flush: %w", d.cfg.Dir, err)
+		}
 	}
 	d.mu.Lock()
 	d.m = m
@@ -363,7 +377,7 @@ func (f *folder) spill() error {
 	m := d.m
 	d.mu.Unlock()
 	m.Ident, m.Valid = d.cfg.Ident, false
-	if err := d.commit(f.b, m, pebble.NoSync); err != nil {
+	if err := d.commit(f.b, m, false); err != nil {
 		return err
 	}
 	f.b = d.db.NewBatch()
@@ -387,7 +401,7 @@ func (d *DB) rebuild(ctx context.Context, sh *store.Shard, asOf uint64, c Codec)
 		f.b.Close()
 		return 0, fmt.Errorf("rebuild key state %s: %w", d.cfg.Dir, err)
 	}
-	if err := d.commit(f.b, meta{Ident: d.cfg.Ident, Valid: false}, pebble.NoSync); err != nil {
+	if err := d.commit(f.b, meta{Ident: d.cfg.Ident, Valid: false}, false); err != nil {
 		return 0, err
 	}
 	// Two rows of one key wrote one key: count what is there.
@@ -398,7 +412,7 @@ func (d *DB) rebuild(ctx context.Context, sh *store.Shard, asOf uint64, c Codec)
 	if n != rows {
 		return 0, fmt.Errorf("rebuild key state %s: %d rows hold %d keys: two rows have the same key, but a keyed collection holds each key once", d.cfg.Dir, rows, n)
 	}
-	if err := d.commit(d.db.NewBatch(), meta{Ident: d.cfg.Ident, At: asOf, Keys: n, Valid: true}, pebble.Sync); err != nil {
+	if err := d.commit(d.db.NewBatch(), meta{Ident: d.cfg.Ident, At: asOf, Keys: n, Valid: true}, true); err != nil {
 		return 0, err
 	}
 	return rows, nil
@@ -490,7 +504,7 @@ func (d *DB) catchUp(ctx context.Context, sh *store.Shard, at, asOf uint64, c Co
 			keys--
 		}
 	}
-	if err := d.commit(f.b, meta{Ident: d.cfg.Ident, At: asOf, Keys: keys, Valid: true}, pebble.NoSync); err != nil {
+	if err := d.commit(f.b, meta{Ident: d.cfg.Ident, At: asOf, Keys: keys, Valid: true}, false); err != nil {
 		return 0, err
 	}
 	return n, nil

@@ -175,7 +175,7 @@ func TestSync(t *testing.T) {
 
 	// A fold cut short: the meta record says unfinished.
 	d = sync(Config{Dir: dir, Ident: "kv v2"}, 44, "caught up", "")
-	if err := d.commit(d.db.NewBatch(), meta{Ident: "kv v2", At: 44, Valid: false}, nil); err != nil {
+	if err := d.commit(d.db.NewBatch(), meta{Ident: "kv v2", At: 44, Valid: false}, true); err != nil {
 		t.Fatal(err)
 	}
 	closeDB(d)
