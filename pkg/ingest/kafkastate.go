@@ -74,8 +74,8 @@ func (u *upsertState) follow(ctx context.Context, ack Ack, log *slog.Logger) {
 		if err == nil {
 			err = u.sh.Refresh(ctx)
 		}
-		if err == nil && u.sh.Upper() > 0 {
-			_, err = u.db.CatchUp(ctx, u.sh, u.sh.Upper()-1, u.codec)
+		if up := u.sh.Upper(); err == nil && up > 0 {
+			_, err = u.db.CatchUp(ctx, u.sh, up-1, u.codec)
 		}
 		if err == nil {
 			err = u.publish(f)
