@@ -55,7 +55,10 @@ read with isolation level read_committed from where the store ends.
 timestamp, header_keys, header_values); --envelope upsert keeps one row per
 key (a null value deletes it). --key-format/--value-format: bytes, text or
 json. A record that does not decode is a definite error of its collection
-(docs/kafka.md).
+(docs/kafka.md). Upsert keeps every key's value on disk in STORE/state/<source
+id>/ (--state-dir) behind a cache of --state-cache bytes, reused at restart
+(logged as "upsert state reused" or "caught up"); deleting it while no ingest
+runs is safe: it is rebuilt from the store.
 
 Examples:
   rtrctl ingest --source pg --dsn postgres://app@127.0.0.1/app --publication rtr --store ./data
@@ -71,6 +74,8 @@ Examples:
 			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "pg, mysql: snapshot connections"},
 			&cli.DurationFlag{Name: "interval", Value: reclock.DefaultInterval, Usage: "least time between two bindings (commits)"},
 			&cli.Int64Flag{Name: "txn-memory", Usage: "bytes of updates not yet bound (a large transaction before its commit) held in memory; beyond it they are staged in the store until their commit (default: a sixteenth of --memory-limit, at most 32 MiB; -1: never stage)"},
+			&cli.StringFlag{Name: "state-dir", Usage: "kafka upsert: where each topic keeps its state on disk, a directory per source under it (default STORE/state); safe to delete while no ingest runs (it is rebuilt from the store)"},
+			&cli.Int64Flag{Name: "state-cache", Usage: "kafka upsert: bytes of memory for each topic's state (its cache and the on-disk store's; default: an eighth of --memory-limit, at most 256 MiB); the state itself lives on disk"},
 			&cli.DurationFlag{Name: "retain", Value: store.DefaultRetain, Usage: "history kept readable by background compaction"},
 			&cli.DurationFlag{Name: "compact-every", Value: time.Minute, Usage: "how often to compact (0 disables)"},
 			&cli.DurationFlag{Name: "retry-for", Usage: "give up when the upstream has been failing (restarting, unreachable) this long (default: retry for ever; permanent errors such as a wrong password fail at once)"},

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rtrctl/rtrctl/pkg/keystate"
 	"github.com/urfave/cli/v2"
 )
 
@@ -18,7 +19,8 @@ import (
 // (debug.SetMemoryLimit: the collector works harder as the heap nears it),
 // and the budgets of the buffers that grow with the data are cut from it
 // unless their own flags say otherwise: --txn-memory (updates not yet
-// bound, beyond which they are staged in the store). Everything else
+// bound, beyond which they are staged in the store) and --state-cache
+// (a Kafka upsert topic's state cache; the state is on disk). Everything else
 // rtrctl holds is bounded by construction (row groups of at most 64k
 // rows, files of at most 128 MiB written as they stream, snapshot chunks).
 
@@ -33,6 +35,9 @@ const (
 	// most defaultTxnMemory.
 	txnMemoryShare   = 16
 	defaultTxnMemory = 32 << 20
+	// stateCacheShare: --state-cache (Kafka upsert, per topic) defaults
+	// to limit/stateCacheShare, at most keystate.DefaultCacheBytes.
+	stateCacheShare = 8
 )
 
 // memoryBudget is the process's memory limit and where it came from.
@@ -69,15 +74,27 @@ func setupMemory(c *cli.Context) error {
 }
 
 // txnMemory is the --txn-memory of an ingest: the flag, or the budget's
-// share. A flag over half the limit is refused.
+// share.
 func (m memoryBudget) txnMemory(c *cli.Context) (int64, error) {
-	if !c.IsSet("txn-memory") {
-		return min(m.limit/txnMemoryShare, defaultTxnMemory), nil
+	return m.share(c, "txn-memory", txnMemoryShare, defaultTxnMemory)
+}
+
+// stateCache is the --state-cache of a Kafka upsert ingest: the flag, or
+// the budget's share. A flag over half the limit is refused.
+func (m memoryBudget) stateCache(c *cli.Context) (int64, error) {
+	return m.share(c, "state-cache", stateCacheShare, keystate.DefaultCacheBytes)
+}
+
+// share is the value of the budget flag name: the flag, or the limit's
+// 1/part, at most most. A flag over half the limit is refused.
+func (m memoryBudget) share(c *cli.Context, name string, part, most int64) (int64, error) {
+	if !c.IsSet(name) {
+		return min(m.limit/part, most), nil
 	}
-	n := c.Int64("txn-memory")
+	n := c.Int64(name)
 	if n > m.limit/2 {
-		return 0, usagef(fmt.Sprintf("lower --txn-memory, or raise --memory-limit (now %s, from %s) to at least twice it", formatSize(m.limit), m.from),
-			"--txn-memory %d is over half the memory limit", n)
+		return 0, usagef(fmt.Sprintf("lower --%s, or raise --memory-limit (now %s, from %s) to at least twice it", name, formatSize(m.limit), m.from),
+			"--%s %d is over half the memory limit", name, n)
 	}
 	return n, nil
 }

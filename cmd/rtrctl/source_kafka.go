@@ -71,10 +71,15 @@ func init() {
 					return nil, usagef("use --"+f+" bytes, text or json", "bad --%s %q", f, c.String(f))
 				}
 			}
+			cache, err := theMemory.stateCache(c)
+			if err != nil {
+				return nil, err
+			}
 			return ingest.NewKafka(ingest.KafkaConfig{
 				Upstream: ku.kafka, Topics: ku.topics, Source: c.String("source-id"),
 				Envelope: c.String("envelope"), KeyFormat: c.String("key-format"), ValueFormat: c.String("value-format"),
 				Group: c.String("group"), MaxRecordBytes: c.Int("max-record-bytes"),
+				StateDir: c.String("state-dir"), StateCache: cache,
 			}), nil
 		},
 		// The recorded cluster, with the SASL password from the recorded

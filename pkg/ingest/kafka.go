@@ -55,6 +55,12 @@ type KafkaConfig struct {
 	CheckInterval time.Duration
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// StateDir is where upsert topics keep their state (a pebble
+	// directory per source under it); empty means STORE/state.
+	StateDir string
+	// StateCache is the memory budget of each upsert topic's state (its
+	// in-memory cache and pebble's): 0 means keystate.DefaultCacheBytes.
+	StateCache int64
 
 	// OnStart is a test hook: where each partition's consumption starts.
 	OnStart func(topic string, partition int32, offset int64)
@@ -79,6 +85,9 @@ type Kafka struct {
 	log        *slog.Logger
 	keyF, valF kafkafmt.Format
 	decs       map[string]kafkafmt.Decoder // by topic
+	st         *store.Store
+	// states are the upsert topics' states on disk, by topic (Resume).
+	states map[string]*upsertState
 }
 
 // NewKafka returns the Kafka source of cfg.
@@ -94,7 +103,7 @@ func NewKafka(cfg KafkaConfig) *Kafka {
 }
 
 // Open implements Source: it makes each topic's decoder and collection.
-func (k *Kafka) Open(ctx context.Context, _ *store.Store) ([]Timeline, error) {
+func (k *Kafka) Open(ctx context.Context, st *store.Store) ([]Timeline, error) {
 	cfg := k.cfg
 	if len(cfg.Topics) == 0 {
 		return nil, hint.Wrap(errors.New("ingest kafka: no topics given"), "pass --topics NAME[,NAME...]")
@@ -107,7 +116,7 @@ func (k *Kafka) Open(ctx context.Context, _ *store.Store) ([]Timeline, error) {
 		return nil, hint.Wrap(fmt.Errorf("ingest kafka: --value-format: %w", err), "use --value-format bytes, text or json")
 	}
 	k.Close()
-	k.decs = map[string]kafkafmt.Decoder{}
+	k.st, k.decs, k.states = st, map[string]kafkafmt.Decoder{}, map[string]*upsertState{}
 	var tls []Timeline
 	for _, topic := range cfg.Topics {
 		if k.decs[topic] != nil {
@@ -167,20 +176,18 @@ func (k *Kafka) collection(topic string, dec kafkafmt.Decoder) Collection {
 }
 
 // Resume implements Resumer: an upsert decoder's state is the collection
-// as of its last durable time, folded in a batch at a time (memory: the
-// state and one batch); netting starts past the last binding.
+// as of its last durable time, on disk (openUpsertState: reused, caught up
+// or rebuilt from the store) behind a cache of bounded size; netting
+// starts past the last binding.
 func (k *Kafka) Resume(ctx context.Context, r Resume) error {
 	for topic, sh := range r.Shards {
 		dec := k.decs[topic]
-		if s, ok := dec.(kafkafmt.Stateful); ok && r.Durable > 0 && !r.Errored[topic] {
-			err := sh.ScanAsOf(ctx, r.Durable-1, s.ResetState, s.AddState)
-			if err == nil {
-				err = s.EndState()
-			}
+		if b, ok := dec.(kafkafmt.Backed); ok && !r.Errored[topic] && k.states[topic] == nil {
+			u, err := k.openUpsertState(ctx, r, topic, sh, b)
 			if err != nil {
-				return fmt.Errorf("rebuild upsert state: %w", err)
+				return fmt.Errorf("upsert state: %w", err)
 			}
-			k.log.Info("upsert state rebuilt from the store", "source", r.Timeline, "keys", s.StateSize(), "as_of", r.Durable-1)
+			k.states[topic] = u
 		}
 		// Upsert: net each batch's records per key (one retraction and one
 		// insertion per key instead of per record). The stream reports
@@ -215,6 +222,13 @@ func (k *Kafka) Stream(ctx context.Context, r StreamRequest) error {
 	defer wg.Wait()
 	gctx, stop := context.WithCancel(ctx)
 	defer stop()
+	for _, u := range k.states {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			u.follow(gctx, r.Ack, k.log)
+		}()
+	}
 	if k.cfg.Group != "" {
 		wg.Add(1)
 		go func() {
@@ -245,8 +259,14 @@ func (k *Kafka) Close() error {
 	for _, d := range k.decs {
 		d.Release()
 	}
-	k.decs = nil
-	return nil
+	var err error
+	for _, u := range k.states {
+		if cerr := u.db.Close(); err == nil {
+			err = cerr
+		}
+	}
+	k.decs, k.states = nil, nil
+	return err
 }
 
 // commitGroup commits, for monitoring, the durable frontier of every topic
@@ -261,14 +281,7 @@ func (k *Kafka) commitGroup(ctx context.Context, ack Ack) {
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	last := map[string]string{}
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	ticking(ctx, 2*time.Second, func() {
 		offs := kadm.Offsets{}
 		for _, topic := range k.cfg.Topics {
 			f, err := ack(ctx, KafkaSourceID(k.cfg.Source, topic))
@@ -285,7 +298,7 @@ func (k *Kafka) commitGroup(ctx context.Context, ack Ack) {
 			last[topic] = f.String()
 		}
 		if len(offs) == 0 {
-			continue
+			return
 		}
 		resp, err := adm.CommitOffsets(ctx, k.cfg.Group, offs)
 		if err == nil {
@@ -295,7 +308,7 @@ func (k *Kafka) commitGroup(ctx context.Context, ack Ack) {
 			log.Warn("commit consumer group offsets failed; will retry", "group", k.cfg.Group, "error", err)
 			clear(last)
 		}
-	}
+	})
 }
 
 func parsePartitionNumber(p string) (int32, error) {

@@ -464,10 +464,15 @@ func TestKafkaIngestUpsertRestart(t *testing.T) {
 	next := func(n uint64) uint64 { rnd = rnd*6364136223846793005 + 1442695040888963407; return (rnd >> 33) % n }
 	var starts []map[int32]int64
 	var mu sync.Mutex
+	var logs []*stateLog
 	for round := 0; round < 4; round++ {
 		start := map[int32]int64{}
 		starts = append(starts, start)
+		// No room for a cache (StateCache 1): lookups go to the state on
+		// disk, which restarts reuse.
+		logs = append(logs, &stateLog{})
 		run := startIngest(t, st, KafkaConfig{Upstream: k.Upstream(), Topics: []string{"up"}, Envelope: "upsert", KeyFormat: "text", ValueFormat: "text",
+			StateCache: 1, Logger: slog.New(logs[round]),
 			OnStart: func(topic string, p int32, off int64) { mu.Lock(); start[p] = off; mu.Unlock() }})
 		for i := 0; i < 60; i++ {
 			key := fmt.Sprintf("k%d", next(8))
@@ -512,7 +517,48 @@ func TestKafkaIngestUpsertRestart(t *testing.T) {
 	if resumed == 0 {
 		t.Errorf("no restart resumed past offset 0: %v", starts)
 	}
+	var outcomes []string
+	for _, l := range logs {
+		outcomes = append(outcomes, l.outcome())
+	}
+	// The first run creates the state; restarts reuse it or catch it up
+	// (the stream folds commits while it runs; what it had not folded when
+	// stopped is caught up), never rebuild it.
+	if outcomes[0] != "created" {
+		t.Errorf("first run: upsert state %s, want created", outcomes[0])
+	}
+	for i, o := range outcomes[1:] {
+		if o != "reused" && o != "caught up" {
+			t.Errorf("restart %d: upsert state %q, want reused or caught up (all: %v)", i+1, o, outcomes)
+		}
+	}
 	checkUpsertModel(t, st, "kafka.up", "up", log)
+}
+
+// stateLog is a slog.Handler that keeps the upsert state's outcome at
+// the start (the message "upsert state <how>").
+type stateLog struct {
+	mu  sync.Mutex
+	how string
+}
+
+func (l *stateLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *stateLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *stateLog) WithGroup(string) slog.Handler            { return l }
+func (l *stateLog) Handle(_ context.Context, r slog.Record) error {
+	if how, ok := strings.CutPrefix(r.Message, "upsert state "); ok && !strings.Contains(how, ":") {
+		l.mu.Lock()
+		l.how = how
+		l.mu.Unlock()
+	}
+	return nil
+}
+
+// outcome is the outcome logged.
+func (l *stateLog) outcome() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.how
 }
 
 // checkUpsertModel compares the collection at every binding time with the
@@ -580,6 +626,35 @@ func BenchmarkKafkaIngest(b *testing.B) {
 		produceBench(b, k.Brokers, topic, size.records, keys, partitions)
 		b.Run(size.name, func(b *testing.B) { benchKafkaIngest(b, k.Brokers, topic, size.records, partitions) })
 	}
+}
+
+// BenchmarkKafkaIngestDistinct is BenchmarkKafkaIngest's upsert over
+// mostly distinct keys (2M records drawn from 2M keys: about 1.26M keys)
+// with a 32 MiB state cache, so most keys live only in the state on disk:
+// the cost of the cache's misses, evictions and the folds.
+//
+//	go test ./pkg/ingest -run '^$' -bench BenchmarkKafkaIngestDistinct -benchtime 2x
+func BenchmarkKafkaIngestDistinct(b *testing.B) {
+	const records, partitions = 2_000_000, 4
+	k := testenv.StartKafka(b)
+	produceBench(b, k.Brokers, "distinct", records, records, partitions)
+	var took time.Duration
+	for i := 0; i < b.N; i++ {
+		st := openStore(b)
+		start := time.Now()
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		run := startIngest(b, st, KafkaConfig{Upstream: upstream.ParseKafka(strings.Join(k.Brokers, ",")), Topics: []string{"distinct"}, Envelope: "upsert",
+			StateCache: 32 << 20, Logger: quiet}, Options{Interval: 100 * time.Millisecond, Logger: quiet})
+		waitCaughtUp(b, st, k.Brokers, "", "distinct", 5*time.Minute)
+		took += time.Since(start)
+		if err := run.stop(b); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.RemoveAll(st.Dir()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(records*b.N)/took.Seconds(), "records/s")
 }
 
 // produceBench writes records 100-byte records over keys keys to a new

@@ -282,6 +282,18 @@ type upsertDecoder struct {
 	sink  uint64
 
 	loading map[string]*loadingKey // during a rebuild (ResetState)
+
+	// backing, when set, holds the state beyond the table, which is then
+	// a cache of about budget bytes (state_backing.go).
+	backing Backing
+	budget  int64
+	got     []byte // scratch: a value read from the backing
+	evicted int
+	// evictedAt is 1 + the backing's Folds when a pass left the table
+	// over budget (0: none did).
+	evictedAt uint64
+	// err is the backing's failure: the decoder stops (Failer).
+	err error
 }
 
 // touch is a key netted in the batch: whether it was live before the
@@ -304,6 +316,9 @@ func (d *upsertDecoder) Add(r *kgo.Record) error {
 	if r.Key == nil {
 		return d.decodeErr(r, "the upsert envelope needs a key, the record has a null key")
 	}
+	if d.err != nil {
+		return d.err
+	}
 	if err := d.check(r); err != nil {
 		return err
 	}
@@ -311,26 +326,36 @@ func (d *upsertDecoder) Add(r *kgo.Record) error {
 		if from, ok := d.netFrom[r.Partition]; !ok || r.Offset >= from {
 			d.queue = append(d.queue, queued{key: r.Key, value: r.Value, part: r.Partition, off: r.Offset})
 			if len(d.queue) == probeBatch {
-				d.drain()
+				return d.drain()
 			}
 			return nil
 		}
 		// A record not netted: the netted ones before it come first.
 		d.emitNet()
 	}
-	id, ok, h := d.state.find(r.Key)
+	h := d.state.hash(r.Key)
+	id, in, err := d.lookup(r.Key, h)
+	if err != nil {
+		return err
+	}
+	ok := in && d.state.live(id)
 	switch {
 	case r.Value == nil: // tombstone
 		if ok {
 			d.row(r, r.Key, d.state.value(id), -1)
-			d.state.remove(id)
+			d.state.setLive(id, false)
+			d.state.setPos(id, r.Partition, r.Offset)
+			d.forget(id)
 			d.live--
 		}
 	case !ok:
 		d.row(r, r.Key, r.Value, 1)
-		id = d.state.add(r.Key, h, len(r.Value))
+		if !in {
+			id = d.state.add(r.Key, h, len(r.Value))
+		}
 		d.state.setValue(id, r.Value)
 		d.state.setLive(id, true)
+		d.state.setPos(id, r.Partition, r.Offset)
 		d.live++
 	case bytes.Equal(d.state.value(id), r.Value):
 		// Same value again: the retraction and insertion cancel.
@@ -338,6 +363,7 @@ func (d *upsertDecoder) Add(r *kgo.Record) error {
 		d.row(r, r.Key, d.state.value(id), -1)
 		d.row(r, r.Key, r.Value, 1)
 		d.state.setValue(id, r.Value) // the rows hold copies
+		d.state.setPos(id, r.Partition, r.Offset)
 	}
 	return nil
 }
@@ -356,9 +382,9 @@ type queued struct {
 // drain applies the queued records in order (addNet). It first touches
 // the state each will read, so that the cache misses of the batch overlap:
 // with a state larger than the caches they are most of the work.
-func (d *upsertDecoder) drain() {
-	if len(d.queue) == 0 {
-		return
+func (d *upsertDecoder) drain() error {
+	if len(d.queue) == 0 || d.err != nil {
+		return d.err
 	}
 	var hs [probeBatch]uint64
 	sink := d.sink
@@ -367,11 +393,21 @@ func (d *upsertDecoder) drain() {
 		sink += d.state.touch(hs[i])
 	}
 	d.sink = sink
+	if d.backing != nil {
+		// Keys the table does not hold come from the backing first.
+		for i := range d.queue {
+			if _, _, err := d.lookup(d.queue[i].key, hs[i]); err != nil {
+				d.err = err
+				return err
+			}
+		}
+	}
 	for i := range d.queue {
 		d.addNet(&d.queue[i], hs[i])
 	}
 	clear(d.queue)
 	d.queue = d.queue[:0]
+	return nil
 }
 
 // addNet applies q, whose key hashes to h, to the state and notes the key
@@ -415,6 +451,7 @@ func (d *upsertDecoder) addNet(q *queued, h uint64) {
 // Flush emits the net rows of the batch, then the batch.
 func (d *upsertDecoder) Flush() arrow.Record {
 	d.emitNet()
+	d.evict()
 	if d.rows == 0 {
 		return nil
 	}
@@ -449,7 +486,7 @@ func (d *upsertDecoder) emitNet() {
 			if live {
 				d.netRow(t.id, st.value(t.id), 1)
 			} else {
-				st.remove(t.id)
+				d.forget(t.id)
 			}
 		}
 		d.sink = sink
@@ -498,31 +535,10 @@ type loadingVal struct {
 
 // AddState implements Stateful.
 func (d *upsertDecoder) AddState(rec arrow.Record) error {
-	s := rec.Schema()
-	ki, vi, di := s.FieldIndices("key"), s.FieldIndices("value"), s.FieldIndices(pipe.ColDiff)
-	if len(ki) != 1 || len(vi) != 1 || len(di) != 1 {
-		return fmt.Errorf("load upsert state: want columns key, value, _diff, got %v", s)
-	}
-	keys, vals := rec.Column(ki[0]), rec.Column(vi[0])
-	diffs, ok := rec.Column(di[0]).(*array.Int64)
-	if !ok {
-		return fmt.Errorf("load upsert state: _diff is %s, want int64", rec.Column(di[0]).DataType())
-	}
 	if d.loading == nil {
 		d.ResetState()
 	}
-	for i := 0; i < int(rec.NumRows()); i++ {
-		if keys.IsNull(i) || vals.IsNull(i) {
-			return fmt.Errorf("load upsert state: row %d has a null key or value, which the upsert envelope never writes", i)
-		}
-		k, err := rawView(d.cfg.Key, keys, i)
-		if err != nil {
-			return fmt.Errorf("load upsert state: %w", err)
-		}
-		v, err := rawView(d.cfg.Value, vals, i)
-		if err != nil {
-			return fmt.Errorf("load upsert state: %w", err)
-		}
+	err := d.StateRows(rec, func(k, v []byte, diff int64) error {
 		lk := d.loading[string(k)]
 		if lk == nil {
 			lk = &loadingKey{kb: bytes.Clone(k)}
@@ -535,12 +551,16 @@ func (d *upsertDecoder) AddState(rec arrow.Record) error {
 		if j == len(lk.vals) {
 			lk.vals = append(lk.vals, loadingVal{v: bytes.Clone(v)})
 		}
-		if lk.vals[j].n += diffs.Value(i); lk.vals[j].n == 0 {
+		if lk.vals[j].n += diff; lk.vals[j].n == 0 {
 			lk.vals = append(lk.vals[:j], lk.vals[j+1:]...)
 			if len(lk.vals) == 0 {
 				delete(d.loading, string(k))
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("load upsert state: %w", err)
 	}
 	return nil
 }

@@ -408,6 +408,12 @@ func (s *kafkaStreamer) records(st *kafkaTopicState, p int32, recs []*kgo.Record
 
 func (s *kafkaStreamer) flushData(st *kafkaTopicState) error {
 	rec := st.Decoder.Flush()
+	if f, ok := st.Decoder.(kafkafmt.Failer); ok && f.Err() != nil {
+		if rec != nil {
+			rec.Release()
+		}
+		return fmt.Errorf("replicate kafka: topic %s: %w", st.Name, f.Err())
+	}
 	if rec == nil {
 		return nil
 	}

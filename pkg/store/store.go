@@ -207,7 +207,7 @@ func (s *Store) ID() string { return s.id }
 func onlyStoreEntries(entries []fs.DirEntry) bool {
 	for _, e := range entries {
 		switch n := e.Name(); {
-		case n == dataDir || n == remapDir || n == "locks" || n == "sources":
+		case n == dataDir || n == remapDir || n == "locks" || n == "sources" || n == stagedDirName || n == pendingDirName || n == "state":
 		case strings.HasPrefix(n, storeFile) || strings.HasPrefix(n, "tmp-") || strings.HasPrefix(n, "."):
 		default:
 			return false
