@@ -162,26 +162,40 @@ type schemaBody struct {
 }
 
 // parseBody reads and parses a schema body; on failure it has replied.
-func parseBody(w http.ResponseWriter, req *http.Request) (avro.Schema, bool) {
+// The text is kept as registered: the canonical form (Schema.String)
+// drops defaults, which schema resolution needs.
+func parseBody(w http.ResponseWriter, req *http.Request) (avro.Schema, string, bool) {
 	var b schemaBody
 	if err := json.NewDecoder(req.Body).Decode(&b); err != nil {
 		fail(w, 50005, "Unrecognized JSON: %v", err)
-		return nil, false
+		return nil, "", false
 	}
 	if b.SchemaType != "" && b.SchemaType != "AVRO" {
 		fail(w, 42201, "Invalid schema: schema type %s is not supported by this test registry", b.SchemaType)
-		return nil, false
+		return nil, "", false
 	}
 	if len(b.References) > 0 {
 		fail(w, 42201, "Invalid schema: references are not supported by this test registry")
-		return nil, false
+		return nil, "", false
 	}
 	s, err := ParseAvro(b.Schema)
 	if err != nil {
 		fail(w, 42201, "Invalid schema %s: %v", b.Schema, err)
-		return nil, false
+		return nil, "", false
 	}
-	return s, true
+	return s, strings.TrimSpace(b.Schema), true
+}
+
+// same reports whether schema id is s: the same canonical form and the
+// same defaults (compared by the schemas' fingerprints and their JSON).
+func (r *Registry) same(id int, s avro.Schema) bool {
+	old, err := ParseAvro(r.schemas[id-1])
+	if err != nil || old.String() != s.String() {
+		return false
+	}
+	a, _ := json.Marshal(old)
+	b, _ := json.Marshal(s)
+	return string(a) == string(b)
 }
 
 // ParseAvro parses an Avro schema with a cache of its own, so that two
@@ -192,16 +206,15 @@ func ParseAvro(text string) (avro.Schema, error) {
 
 func (r *Registry) register(w http.ResponseWriter, req *http.Request) {
 	subject := req.PathValue("subject")
-	s, ok := parseBody(w, req)
+	s, text, ok := parseBody(w, req)
 	if !ok {
 		return
 	}
-	text := s.String()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ids := r.subjects[subject]
 	for _, id := range ids {
-		if r.schemas[id-1] == text {
+		if r.same(id, s) {
 			reply(w, http.StatusOK, map[string]int{"id": id})
 			return
 		}
@@ -210,7 +223,12 @@ func (r *Registry) register(w http.ResponseWriter, req *http.Request) {
 		fail(w, 409, "Schema being registered is incompatible with an earlier schema for subject %q: %v", subject, err)
 		return
 	}
-	id := slices.Index(r.schemas, text) + 1
+	id := slices.IndexFunc(r.schemas, func(t string) bool { return t == text }) + 1
+	for i := range r.schemas {
+		if id == 0 && r.same(i+1, s) {
+			id = i + 1
+		}
+	}
 	if id == 0 {
 		r.schemas = append(r.schemas, text)
 		id = len(r.schemas)
@@ -324,7 +342,7 @@ func (r *Registry) getVersion(w http.ResponseWriter, req *http.Request) {
 
 func (r *Registry) lookup(w http.ResponseWriter, req *http.Request) {
 	subject := req.PathValue("subject")
-	s, ok := parseBody(w, req)
+	s, _, ok := parseBody(w, req)
 	if !ok {
 		return
 	}
@@ -335,7 +353,7 @@ func (r *Registry) lookup(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	for i, id := range ids {
-		if r.schemas[id-1] == s.String() {
+		if r.same(id, s) {
 			reply(w, http.StatusOK, subjectVersion{subject, i + 1, id, r.schemas[id-1]})
 			return
 		}
