@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"crypto/subtle"
 	"crypto/tls"
 	"encoding/json"
@@ -15,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/hamba/avro/v2"
+	"github.com/twmb/franz-go/pkg/sr"
 )
 
 // Registry is a Confluent-compatible schema registry for tests: an HTTP
@@ -442,4 +444,51 @@ func (r *Registry) putConfig(w http.ResponseWriter, req *http.Request) {
 		r.global = b.Compatibility
 	}
 	reply(w, http.StatusOK, map[string]string{"compatibility": b.Compatibility})
+}
+
+// Register registers schema under subject with franz-go's sr client and
+// returns its id.
+func (r *Registry) Register(t testing.TB, subject, schema string) int {
+	t.Helper()
+	cl, err := sr.NewClient(sr.URLs(r.URL), sr.BasicAuth(r.user, r.password))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, err := cl.CreateSchema(context.Background(), subject, sr.Schema{Schema: schema})
+	if err != nil {
+		t.Fatalf("register %s: %v", subject, err)
+	}
+	return ss.ID
+}
+
+// AvroSerde serialises values of one registered schema as a producer
+// independent of rtrctl's decoders would: franz-go's sr.Serde framing
+// (magic byte, schema id) around hamba/avro's encoding.
+type AvroSerde struct {
+	ID    int
+	serde *sr.Serde
+}
+
+// Serde registers schema under subject and returns its serialiser.
+func (r *Registry) Serde(t testing.TB, subject, schema string) *AvroSerde {
+	t.Helper()
+	id := r.Register(t, subject, schema)
+	s, err := ParseAvro(schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sd sr.Serde
+	sd.Register(id, map[string]any{}, sr.EncodeFn(func(v any) ([]byte, error) { return avro.Marshal(s, v) }))
+	return &AvroSerde{ID: id, serde: &sd}
+}
+
+// Encode serialises v (a map of the record's fields, in hamba/avro's
+// generic form).
+func (s *AvroSerde) Encode(t testing.TB, v map[string]any) []byte {
+	t.Helper()
+	b, err := s.serde.Encode(v)
+	if err != nil {
+		t.Fatalf("encode %v: %v", v, err)
+	}
+	return b
 }

@@ -31,40 +31,6 @@ const (
 	avroValueV2 = `{"type":"record","name":"Item","fields":[{"name":"n","type":"long"},{"name":"tags","type":{"type":"array","items":"string"}},{"name":"price","type":["null",{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}],"default":null}]}`
 )
 
-// avroProducer serialises records of one schema as a producer
-// independent of rtrctl would: franz-go's sr.Serde and hamba/avro.
-type avroProducer struct {
-	id    int
-	serde *sr.Serde
-}
-
-func newAvroProducer(t testing.TB, reg *testenv.Registry, subject, schema string) avroProducer {
-	t.Helper()
-	cl, err := sr.NewClient(sr.URLs(reg.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ss, err := cl.CreateSchema(context.Background(), subject, sr.Schema{Schema: schema})
-	if err != nil {
-		t.Fatalf("register %s: %v", subject, err)
-	}
-	s, err := testenv.ParseAvro(schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sd sr.Serde
-	sd.Register(ss.ID, map[string]any{}, sr.EncodeFn(func(v any) ([]byte, error) { return avro.Marshal(s, v) }))
-	return avroProducer{id: ss.ID, serde: &sd}
-}
-
-func (p avroProducer) encode(t testing.TB, v map[string]any) []byte {
-	b, err := p.serde.Encode(v)
-	if err != nil {
-		t.Fatalf("encode %v: %v", v, err)
-	}
-	return b
-}
-
 func avroRegistry(t testing.TB, reg *testenv.Registry) *kafkafmt.Registry {
 	t.Helper()
 	r, err := kafkafmt.NewRegistry(kafkafmt.RegistryConfig{URL: reg.URL})
@@ -83,9 +49,9 @@ func TestKafkaIngestAvroUpsert(t *testing.T) {
 	k := testenv.StartKafka(t)
 	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
 	createTopic(t, k.Brokers, "items", 2)
-	keys := newAvroProducer(t, reg, "items-key", avroKey)
-	v1 := newAvroProducer(t, reg, "items-value", avroValueV1)
-	v2 := newAvroProducer(t, reg, "items-value", avroValueV2)
+	keys := reg.Serde(t, "items-key", avroKey)
+	v1 := reg.Serde(t, "items-value", avroValueV1)
+	v2 := reg.Serde(t, "items-value", avroValueV2)
 	cl := producer(t, k.Brokers)
 	st := openStore(t)
 	shown := map[*kgo.Record][2]string{}
@@ -107,16 +73,16 @@ func TestKafkaIngestAvroUpsert(t *testing.T) {
 		for i := 0; i < 50; i++ {
 			kn := next(6)
 			id := fmt.Sprintf("k%d", kn)
-			r := &kgo.Record{Topic: "items", Partition: int32(kn % 2), Key: keys.encode(t, map[string]any{"id": id})}
+			r := &kgo.Record{Topic: "items", Partition: int32(kn % 2), Key: keys.Encode(t, map[string]any{"id": id})}
 			show := [2]string{fmt.Sprintf(`{"id":%q}`, id)}
 			n := int64(round*100 + i)
 			switch next(4) {
 			case 0: // tombstone
 			case 1:
-				r.Value = v1.encode(t, map[string]any{"n": n, "tags": []any{"a", id}})
+				r.Value = v1.Encode(t, map[string]any{"n": n, "tags": []any{"a", id}})
 				show[1] = fmt.Sprintf(`{"n":%d,"price":null,"tags":["a","%s"]}`, n, id)
 			default:
-				r.Value = v2.encode(t, map[string]any{"n": n, "tags": []any{}, "price": map[string]any{"bytes.decimal": ratOf(n, 100)}})
+				r.Value = v2.Encode(t, map[string]any{"n": n, "tags": []any{}, "price": map[string]any{"bytes.decimal": ratOf(n, 100)}})
 				// As Arrow prints a decimal(9, 2).
 				price := new(big.Float).SetPrec(128).Quo(new(big.Float).SetInt64(n), big.NewFloat(100)).Text('g', 9)
 				show[1] = fmt.Sprintf(`{"n":%d,"price":"%s","tags":[]}`, n, price)
@@ -146,7 +112,7 @@ func TestKafkaIngestAvroUpsert(t *testing.T) {
 
 	// A restart after the subject got a new latest version is refused
 	// with the version to pin.
-	_ = newAvroProducer(t, reg, "items-value", strings.Replace(avroValueV2, `"default":null}]`, `"default":null},{"name":"x","type":"int","default":0}]`, 1))
+	_ = reg.Serde(t, "items-value", strings.Replace(avroValueV2, `"default":null}]`, `"default":null},{"name":"x","type":"int","default":0}]`, 1))
 	err := Run(context.Background(), NewKafka(KafkaConfig{Upstream: k.Upstream(), Topics: []string{"items"}, Envelope: "upsert",
 		KeyFormat: "avro", ValueFormat: "avro", Registry: avroRegistry(t, reg)}), st, Options{CompactEvery: -1})
 	if err == nil || !strings.Contains(err.Error(), "version 2") || !strings.Contains(fmt.Sprint(hint.Of(err)), "--value-schema-version 2") {
@@ -161,13 +127,13 @@ func TestKafkaIngestAvroDecodeErrors(t *testing.T) {
 	k := testenv.StartKafka(t)
 	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
 	createTopic(t, k.Brokers, "mixed", 1)
-	v1 := newAvroProducer(t, reg, "mixed-value", avroValueV1)
+	v1 := reg.Serde(t, "mixed-value", avroValueV1)
 	cl := producer(t, k.Brokers)
 	produce(t, cl,
-		&kgo.Record{Topic: "mixed", Value: v1.encode(t, map[string]any{"n": int64(1), "tags": []any{}})},
+		&kgo.Record{Topic: "mixed", Value: v1.Encode(t, map[string]any{"n": int64(1), "tags": []any{}})},
 		&kgo.Record{Topic: "mixed", Value: []byte(`{"n":2}`)},
 		&kgo.Record{Topic: "mixed", Value: []byte{0, 0, 0, 0x30, 0x39, 1}},
-		&kgo.Record{Topic: "mixed", Value: v1.encode(t, map[string]any{"n": int64(4), "tags": []any{"z"}})},
+		&kgo.Record{Topic: "mixed", Value: v1.Encode(t, map[string]any{"n": int64(4), "tags": []any{"z"}})},
 	)
 	st := openStore(t)
 	m := NewMetrics()
@@ -197,8 +163,8 @@ func BenchmarkKafkaIngestAvro(b *testing.B) {
 	k := testenv.StartKafka(b)
 	reg := testenv.StartRegistry(b, testenv.RegistryOptions{})
 	topic := "avro"
-	kp := newAvroProducer(b, reg, topic+"-key", avroKey)
-	vp := newAvroProducer(b, reg, topic+"-value", avroValueV2)
+	kp := reg.Serde(b, topic+"-key", avroKey)
+	vp := reg.Serde(b, topic+"-value", avroValueV2)
 	createTopic(b, k.Brokers, topic, partitions)
 	cl := producer(b, k.Brokers, kgo.ProducerBatchMaxBytes(1<<20), kgo.MaxBufferedRecords(50_000))
 	ctx := context.Background()
@@ -207,8 +173,8 @@ func BenchmarkKafkaIngestAvro(b *testing.B) {
 		rnd = rnd*6364136223846793005 + 1442695040888963407
 		kn := int((rnd >> 33) % keys)
 		r := &kgo.Record{Topic: topic, Partition: int32(kn % partitions),
-			Key:   kp.encode(b, map[string]any{"id": fmt.Sprintf("key-%06d", kn)}),
-			Value: vp.encode(b, map[string]any{"n": int64(i), "tags": []any{"alpha", "beta"}, "price": map[string]any{"bytes.decimal": ratOf(int64(i%100000), 100)}})}
+			Key:   kp.Encode(b, map[string]any{"id": fmt.Sprintf("key-%06d", kn)}),
+			Value: vp.Encode(b, map[string]any{"n": int64(i), "tags": []any{"alpha", "beta"}, "price": map[string]any{"bytes.decimal": ratOf(int64(i%100000), 100)}})}
 		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
 			if err != nil {
 				b.Error(err)

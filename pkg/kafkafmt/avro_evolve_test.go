@@ -35,27 +35,16 @@ func avroDec(t *testing.T, env string, key, value Format, policy string, onErr f
 	return d
 }
 
-func mustEncode(t *testing.T, sd *sr.Serde, v any) []byte {
-	t.Helper()
-	b, err := sd.Encode(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // TestAvroTwoVersions: records written with v1 and v2 of a subject read
 // with the latest (v2) at start: v1 records get v2's default.
 func TestAvroTwoVersions(t *testing.T) {
 	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
-	id1 := register(t, reg, "t-value", orderV1)
-	id2 := register(t, reg, "t-value", orderV2)
-	s1, s2 := serde(t, id1, orderV1), serde(t, id2, orderV2)
+	s1, s2 := reg.Serde(t, "t-value", orderV1), reg.Serde(t, "t-value", orderV2)
 	d := avroDec(t, "none", nil, newAvroTest(t, reg, "t-value", 0), "", nil)
 	for i, b := range [][]byte{
-		mustEncode(t, s1, map[string]any{"id": int64(1), "qty": 5}),
-		mustEncode(t, s2, map[string]any{"id": int64(2), "qty": 6, "note": "rush"}),
-		mustEncode(t, s1, map[string]any{"id": int64(3), "qty": 7}),
+		s1.Encode(t, map[string]any{"id": int64(1), "qty": 5}),
+		s2.Encode(t, map[string]any{"id": int64(2), "qty": 6, "note": "rush"}),
+		s1.Encode(t, map[string]any{"id": int64(3), "qty": 7}),
 	} {
 		if err := d.Add(rec(0, int64(i), []byte("k"), b)); err != nil {
 			t.Fatalf("add %d: %v", i, err)
@@ -77,7 +66,7 @@ func TestAvroTwoVersions(t *testing.T) {
 
 	// Pinned to v1: v2 records are read as v1 (note dropped).
 	p := avroDec(t, "none", nil, newAvroTest(t, reg, "t-value", 1), "", nil)
-	if err := p.Add(rec(0, 0, []byte("k"), mustEncode(t, s2, map[string]any{"id": int64(2), "qty": 6, "note": "rush"}))); err != nil {
+	if err := p.Add(rec(0, 0, []byte("k"), s2.Encode(t, map[string]any{"id": int64(2), "qty": 6, "note": "rush"}))); err != nil {
 		t.Fatal(err)
 	}
 	pr := p.Flush()
@@ -92,21 +81,21 @@ func TestAvroTwoVersions(t *testing.T) {
 // error naming the fix; an incompatible v3 is a definite error too.
 func TestAvroNewVersionWhileRunning(t *testing.T) {
 	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
-	id1 := register(t, reg, "t-value", orderV1)
+	s1 := reg.Serde(t, "t-value", orderV1)
 	d := avroDec(t, "none", nil, newAvroTest(t, reg, "t-value", 0), "", nil)
-	if err := d.Add(rec(0, 0, []byte("k"), mustEncode(t, serde(t, id1, orderV1), map[string]any{"id": int64(1), "qty": 5}))); err != nil {
+	if err := d.Add(rec(0, 0, []byte("k"), s1.Encode(t, map[string]any{"id": int64(1), "qty": 5}))); err != nil {
 		t.Fatal(err)
 	}
-	id2 := register(t, reg, "t-value", orderV2)
-	err := d.Add(rec(0, 1, []byte("k"), mustEncode(t, serde(t, id2, orderV2), map[string]any{"id": int64(2), "qty": 6, "note": "x"})))
+	s2 := reg.Serde(t, "t-value", orderV2)
+	err := d.Add(rec(0, 1, []byte("k"), s2.Encode(t, map[string]any{"id": int64(2), "qty": 6, "note": "x"})))
 	var de *DecodeError
 	if !errors.As(err, &de) || de.Offset != 1 || !strings.Contains(de.Msg, "version 2") || !strings.Contains(de.Msg, "note") || !strings.Contains(de.Msg, "--value-schema-version 1") {
 		t.Fatalf("v2 record: %v, want a decode error at offset 1 naming version 2, the field and --value-schema-version 1", err)
 	}
 	cl, _ := sr.NewClient(sr.URLs(reg.URL))
 	cl.SetCompatibility(t.Context(), sr.SetCompatibility{Level: sr.CompatNone}, "t-value")
-	id3 := register(t, reg, "t-value", orderV3)
-	err = d.Add(rec(0, 2, []byte("k"), mustEncode(t, serde(t, id3, orderV3), map[string]any{"id": int64(3), "qty": "many"})))
+	s3 := reg.Serde(t, "t-value", orderV3)
+	err = d.Add(rec(0, 2, []byte("k"), s3.Encode(t, map[string]any{"id": int64(3), "qty": "many"})))
 	if !errors.As(err, &de) || de.Offset != 2 || !strings.Contains(de.Msg, "cannot be read with the reader schema") {
 		t.Fatalf("v3 record: %v, want a decode error at offset 2: cannot be read", err)
 	}
@@ -122,17 +111,14 @@ func TestAvroNewVersionWhileRunning(t *testing.T) {
 // state rebuilt from the decoder's own output equals the live state.
 func TestAvroUpsertKeyVersions(t *testing.T) {
 	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
-	k1 := register(t, reg, "t-key", keySchema)
-	k2 := register(t, reg, "t-key", keyV2)
-	v1 := register(t, reg, "t-value", orderV1)
-	ks1, ks2, vs := serde(t, k1, keySchema), serde(t, k2, keyV2), serde(t, v1, orderV1)
+	ks1, ks2, vs := reg.Serde(t, "t-key", keySchema), reg.Serde(t, "t-key", keyV2), reg.Serde(t, "t-value", orderV1)
 	kf, vf := newAvroTest(t, reg, "t-key", 0), newAvroTest(t, reg, "t-value", 0)
 	d := avroDec(t, "upsert", kf, vf, "", nil)
-	key1 := mustEncode(t, ks1, map[string]any{"id": int64(1)})
-	key1b := mustEncode(t, ks2, map[string]any{"id": int64(1), "region": "eu"})
+	key1 := ks1.Encode(t, map[string]any{"id": int64(1)})
+	key1b := ks2.Encode(t, map[string]any{"id": int64(1), "region": "eu"})
 	for i, r := range []struct{ k, v []byte }{
-		{key1, mustEncode(t, vs, map[string]any{"id": int64(1), "qty": 1})},
-		{key1b, mustEncode(t, vs, map[string]any{"id": int64(1), "qty": 2})},
+		{key1, vs.Encode(t, map[string]any{"id": int64(1), "qty": 1})},
+		{key1b, vs.Encode(t, map[string]any{"id": int64(1), "qty": 2})},
 	} {
 		if err := d.Add(rec(0, int64(i), r.k, r.v)); err != nil {
 			t.Fatal(err)
@@ -169,8 +155,7 @@ func TestAvroUpsertKeyVersions(t *testing.T) {
 // unknown schema id and a truncated payload under fail, skip and inline.
 func TestAvroDecodeErrorPolicies(t *testing.T) {
 	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
-	id1 := register(t, reg, "t-value", orderV1)
-	good := mustEncode(t, serde(t, id1, orderV1), map[string]any{"id": int64(1), "qty": 5})
+	good := reg.Serde(t, "t-value", orderV1).Encode(t, map[string]any{"id": int64(1), "qty": 5})
 	bad := []struct {
 		name, msg string
 		b         []byte
@@ -248,7 +233,7 @@ func TestAvroDecodeErrorPolicies(t *testing.T) {
 // appends.
 func FuzzAvroDecode(f *testing.F) {
 	reg := testenv.StartRegistry(f, testenv.RegistryOptions{})
-	id := register(f, reg, "all-value", allTypes)
+	id := reg.Register(f, "all-value", allTypes)
 	f.Add([]byte{})
 	f.Add([]byte{0, 0, 0, 0, byte(id)})
 	f.Add([]byte{0, 0, 0, 0, byte(id), 1, 2, 3, 255, 255, 255, 255, 15})

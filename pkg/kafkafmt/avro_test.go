@@ -10,7 +10,6 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/hamba/avro/v2"
-	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/rtrctl/rtrctl/internal/testenv"
 )
@@ -43,33 +42,6 @@ const allTypes = `{"type":"record","name":"All","namespace":"t","fields":[
  {"name":"recs","type":{"type":"array","items":"Addr"}}
 ]}`
 
-// serde is a producer's serialiser, independent of the format: franz-go's
-// sr.Serde framing around hamba/avro's encoder.
-func serde(t testing.TB, id int, schema string) *sr.Serde {
-	t.Helper()
-	s, err := testenv.ParseAvro(schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sd sr.Serde
-	sd.Register(id, map[string]any{}, sr.EncodeFn(func(v any) ([]byte, error) { return avro.Marshal(s, v) }))
-	return &sd
-}
-
-// register registers schema under subject in reg and returns its id.
-func register(t testing.TB, reg *testenv.Registry, subject, schema string) int {
-	t.Helper()
-	cl, err := sr.NewClient(sr.URLs(reg.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ss, err := cl.CreateSchema(context.Background(), subject, sr.Schema{Schema: schema})
-	if err != nil {
-		t.Fatalf("register %s: %v", subject, err)
-	}
-	return ss.ID
-}
-
 func newAvroTest(t testing.TB, reg *testenv.Registry, subject string, version int) Format {
 	t.Helper()
 	r, err := NewRegistry(RegistryConfig{URL: reg.URL})
@@ -100,8 +72,7 @@ func cells(t *testing.T, arr arrow.Array, i int) map[string]string {
 
 func TestAvroRoundTrip(t *testing.T) {
 	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
-	id := register(t, reg, "all-value", allTypes)
-	sd := serde(t, id, allTypes)
+	sd := reg.Serde(t, "all-value", allTypes)
 	ts := time.Date(2026, 11, 30, 12, 34, 56, 789123000, time.UTC)
 	full := map[string]any{
 		"b": true, "i": -7, "l": int64(1) << 40, "f": float32(1.5), "d": -2.25, "s": "héllo", "by": []byte{0, 1, 255},
@@ -142,10 +113,7 @@ func TestAvroRoundTrip(t *testing.T) {
 	f := newAvroTest(t, reg, "all-value", 0)
 	col := f.NewColumn()
 	for _, v := range []map[string]any{full, empty} {
-		b, err := sd.Encode(v)
-		if err != nil {
-			t.Fatalf("encode: %v", err)
-		}
+		b := sd.Encode(t, v)
 		if err := f.Check(b); err != nil {
 			t.Fatalf("check: %v", err)
 		}
