@@ -16,7 +16,6 @@ import (
 	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/ingest"
 	"github.com/rtrctl/rtrctl/pkg/kafkafmt"
-	"github.com/rtrctl/rtrctl/pkg/store"
 )
 
 const (
@@ -72,11 +71,7 @@ func TestKafkaAvroUpsertSIGKILL(t *testing.T) {
 func TestKafkaAvroRecency(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	dir := t.TempDir() + "/store"
-	st, err := store.Open(ctx, dir, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, st := recencyStore(t)
 	const topic = "avrorec"
 	k, cl := slowKafka(t, topic, 300*time.Millisecond)
 	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
@@ -111,17 +106,7 @@ func TestKafkaAvroRecency(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitRecent := func() uint64 {
-		out, stderr, code := runCLI(t, "", "wait-recent", "--store", dir, "--source-id", "kafka."+topic, "--timeout", "30s", "--wait-for-ingest")
-		if code != exitOK {
-			t.Fatalf("wait-recent: exit %d: %s", code, stderr)
-		}
-		ts, err := strconv.ParseUint(strings.TrimSpace(out), 10, 64)
-		if err != nil {
-			t.Fatalf("wait-recent printed %q", out)
-		}
-		return ts
-	}
+	waitRecent := func() uint64 { return waitRecentTime(t, dir, "kafka."+topic) }
 	produce(1, 2)
 	n := 2
 	if got := countRows(t, dir, topic, waitRecent()); got != n {
