@@ -181,10 +181,11 @@ func (f *avroFormat) writer(id uint32) (avro.Schema, error) {
 	return s, nil
 }
 
-// resolvable refuses a writer schema with record fields the reader
-// schema lacks when the reader is the latest version at start (not
-// pinned): resolution would drop them, so the collection could not
-// represent the records of a version registered while rtrctl runs.
+// resolvable refuses a version of the subject registered after the
+// reader (the latest at start, not pinned) whose records have fields the
+// reader schema lacks: resolution would drop them, so the collection
+// could not represent the records of a version registered while rtrctl
+// runs.
 func (f *avroFormat) resolvable(ctx context.Context, id uint32, ws avro.Schema) error {
 	if f.cfg.Version > 0 {
 		return nil // pinned: every record is read as that version
@@ -194,13 +195,15 @@ func (f *avroFormat) resolvable(ctx context.Context, id uint32, ws avro.Schema) 
 		return nil
 	}
 	v, err := f.reg.VersionOfID(ctx, f.cfg.Subject, int(id))
-	if err != nil {
+	if _, ok := errors.AsType[*RegistryError](err); err != nil && !ok {
 		return &TransientError{Err: fmt.Errorf("avro format: %w", err)}
 	}
-	which := fmt.Sprintf("schema id %d", id)
-	if v > 0 {
-		which += fmt.Sprintf(" (subject %s version %d)", f.cfg.Subject, v)
+	if v <= f.reader.Version {
+		// An older version (or a schema of another subject): its fields
+		// that the reader dropped are dropped, as Avro resolution says.
+		return nil
 	}
+	which := fmt.Sprintf("schema id %d (subject %s version %d)", id, f.cfg.Subject, v)
 	flag := f.cfg.Flag
 	if flag == "" {
 		flag = "--value-schema-version"

@@ -64,6 +64,24 @@ func TestAvroTwoVersions(t *testing.T) {
 		}
 	}
 
+	// A v3 that drops note again: v2 records read with v3 (the latest)
+	// lose it, as resolution says; an older version is no error.
+	noteless := reg.Serde(t, "t-value", strings.Replace(orderV1, `"name":"qty","type":"int"}`, `"name":"qty","type":"int"},{"name":"memo","type":"string","default":""}`, 1))
+	l := avroDec(t, "none", nil, newAvroTest(t, reg, "t-value", 0), "", nil)
+	for i, b := range [][]byte{
+		s2.Encode(t, map[string]any{"id": int64(2), "qty": 6, "note": "rush"}),
+		noteless.Encode(t, map[string]any{"id": int64(3), "qty": 7, "memo": "m"}),
+	} {
+		if err := l.Add(rec(0, int64(i), []byte("k"), b)); err != nil {
+			t.Fatalf("older version read with the latest: %v", err)
+		}
+	}
+	lr := l.Flush()
+	defer lr.Release()
+	if g := rows(t, lr); !strings.HasPrefix(g[0], `0 0 k {"id":2,"memo":"","qty":6}`) || !strings.HasPrefix(g[1], `0 1 k {"id":3,"memo":"m","qty":7}`) {
+		t.Fatalf("read with v3: %v", g)
+	}
+
 	// Pinned to v1: v2 records are read as v1 (note dropped).
 	p := avroDec(t, "none", nil, newAvroTest(t, reg, "t-value", 1), "", nil)
 	if err := p.Add(rec(0, 0, []byte("k"), s2.Encode(t, map[string]any{"id": int64(2), "qty": 6, "note": "rush"}))); err != nil {
