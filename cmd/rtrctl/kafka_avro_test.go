@@ -11,11 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/rtrctl/rtrctl/internal/servers"
 	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/ingest"
 	"github.com/rtrctl/rtrctl/pkg/kafkafmt"
+	"github.com/rtrctl/rtrctl/pkg/pipe"
 )
 
 const (
@@ -153,4 +156,81 @@ func TestKafkaAvroFlags(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKafkaAvroReplicateTLS: 'rtrctl replicate --value-format avro'
+// against a registry over TLS with basic auth (the password from
+// $RTR_SCHEMA_REGISTRY_PASSWORD) writes the decoded records; a wrong CA
+// or password fails at once with the flag to fix.
+func TestKafkaAvroReplicateTLS(t *testing.T) {
+	k := testenv.SharedKafka(t)
+	brokers := strings.Join(k.Brokers, ",")
+	topic := fmt.Sprintf("avtls-%d", time.Now().UnixNano()) // the shared broker outlives a test
+	cl := kafkaTestTopic(t, k.Brokers, topic, 1)
+	certs := servers.TestCerts(t)
+	reg := testenv.StartRegistry(t, testenv.RegistryOptions{User: "rtr", Password: "pw", TLS: certs.ServerTLS(false), ClientTLS: certs.ClientTLS("127.0.0.1")})
+	vs := reg.Serde(t, topic+"-value", avroUpsV2)
+	if err := cl.ProduceSync(context.Background(),
+		&kgo.Record{Topic: topic, Key: []byte("a"), Value: vs.Encode(t, map[string]any{"v": "x", "n": map[string]any{"long": int64(5)}})},
+		&kgo.Record{Topic: topic, Key: []byte("b"), Value: vs.Encode(t, map[string]any{"v": "y", "n": nil})}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(envRegistryPassword, "pw")
+	args := []string{"replicate", "--source", "kafka", "--brokers", brokers, "--topic", topic, "--key-format", "text",
+		"--value-format", "avro", "--schema-registry", reg.URL, "--schema-registry-user", "rtr", "--stop-at", "0:2"}
+	out, errOut, code := runCLI(t, "", append(args, "--schema-registry-ca", certs.CA)...)
+	if code != 0 {
+		t.Fatalf("replicate exited %d: %s", code, errOut)
+	}
+	r := pipe.NewReader(strings.NewReader(out), memory.DefaultAllocator)
+	defer r.Close()
+	var rows []string
+	for {
+		s, err := r.Next()
+		if err != nil {
+			break
+		}
+		if s.Header.Kind != pipe.KindData {
+			continue
+		}
+		for {
+			rec, err := s.NextRecord()
+			if err != nil || rec == nil {
+				break
+			}
+			cols, _, _, _ := pipe.SplitData(rec)
+			for i := 0; i < int(rec.NumRows()); i++ {
+				rows = append(rows, cols[2].ValueStr(i)+" "+cols[3].ValueStr(i))
+			}
+		}
+	}
+	if want := []string{`a {"n":5,"v":"x"}`, `b {"n":null,"v":"y"}`}; strings.Join(rows, "|") != strings.Join(want, "|") {
+		t.Fatalf("rows %q, want %q", rows, want)
+	}
+	for _, bad := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"untrusted certificate", []string{"--schema-registry-ca", certs.OtherCA}, "--schema-registry-ca"},
+		{"wrong password", []string{"--schema-registry-ca", certs.CA, "--schema-registry-password-file", writeTemp(t, "nope\n")}, "--schema-registry-password-file"},
+	} {
+		start := time.Now()
+		_, errOut, code := runCLI(t, "", append(args, bad.args...)...)
+		if code == 0 || !strings.Contains(errOut, bad.want) || strings.Contains(errOut, "nope") {
+			t.Errorf("%s: exit %d, stderr %s; want a failure naming %s (and no password)", bad.name, code, errOut, bad.want)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("%s: took %v, want a failure at once", bad.name, d)
+		}
+	}
+}
+
+func writeTemp(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -46,6 +46,7 @@ type Registry struct {
 	URL string // http(s)://127.0.0.1:port
 
 	user, password string
+	clientTLS      *tls.Config
 	srv            *http.Server
 	ln             net.Listener
 
@@ -62,8 +63,10 @@ type RegistryOptions struct {
 	// User and Password, when User is set, are required as HTTP basic
 	// auth on every request (401 otherwise).
 	User, Password string
-	// TLS, when set, serves HTTPS with it (e.g. servers.Certs.ServerTLS).
-	TLS *tls.Config
+	// TLS, when set, serves HTTPS with it (e.g. servers.Certs.ServerTLS);
+	// ClientTLS is then what Register and Serde connect with
+	// (servers.Certs.ClientTLS).
+	TLS, ClientTLS *tls.Config
 }
 
 // StartRegistry starts a registry on a free loopback port, stopped at t's
@@ -84,7 +87,7 @@ func LaunchRegistry(opts RegistryOptions) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("launch registry: %w", err)
 	}
-	r := &Registry{user: opts.User, password: opts.Password, ln: ln,
+	r := &Registry{user: opts.User, password: opts.Password, clientTLS: opts.ClientTLS, ln: ln,
 		subjects: map[string][]int{}, global: "BACKWARD", compat: map[string]string{}}
 	scheme := "http"
 	if opts.TLS != nil {
@@ -450,7 +453,11 @@ func (r *Registry) putConfig(w http.ResponseWriter, req *http.Request) {
 // returns its id.
 func (r *Registry) Register(t testing.TB, subject, schema string) int {
 	t.Helper()
-	cl, err := sr.NewClient(sr.URLs(r.URL), sr.BasicAuth(r.user, r.password))
+	opts := []sr.ClientOpt{sr.URLs(r.URL), sr.BasicAuth(r.user, r.password)}
+	if r.clientTLS != nil {
+		opts = append(opts, sr.DialTLSConfig(r.clientTLS))
+	}
+	cl, err := sr.NewClient(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -116,8 +116,11 @@ func KafkaFormats(ctx context.Context, cfg KafkaConfig, topic string) (key, valu
 		}
 		f, err := kafkafmt.NewAvro(ctx, kafkafmt.AvroConfig{Registry: cfg.Registry, Subject: topic + "-" + role, Version: version, Flag: flag})
 		if err != nil {
-			return nil, hint.Wrap(fmt.Errorf("ingest kafka: topic %s: --%s-format avro: %w", topic, role, err),
-				fmt.Sprintf("register the %s schema of topic %s as subject %s-%s (TopicNameStrategy), or check %s", role, topic, topic, role, flag))
+			err = fmt.Errorf("ingest kafka: topic %s: --%s-format avro: %w", topic, role, err)
+			if re, ok := errors.AsType[*kafkafmt.RegistryError](err); ok && (re.Code == 40401 || re.Code == 40402) && hint.Of(err) == "" {
+				err = hint.Wrap(err, fmt.Sprintf("register the %s schema of topic %s as subject %s-%s (TopicNameStrategy), or check %s", role, topic, topic, role, flag))
+			}
+			return nil, err
 		}
 		return f, nil
 	}

@@ -159,9 +159,12 @@ func (f *avroFormat) writer(id uint32) (avro.Schema, error) {
 	switch {
 	case errors.As(err, &re) && re.Code == 40403:
 		err = fmt.Errorf("unknown schema id %d (the registry %s does not have it)", id, f.reg.URL())
-	case errors.As(err, &re):
+	case errors.As(err, &re) && re.Code == 0:
+		// rtrctl's own refusal of what the registry holds (not Avro,
+		// does not parse): the record's schema is at fault.
 		err = fmt.Errorf("schema id %d: %w", id, err)
 	case err != nil:
+		// Credentials, TLS, the registry away: not the record's fault.
 		return nil, &TransientError{Err: fmt.Errorf("avro format: %w", err)}
 	default:
 		err = f.resolvable(ctx, id, ws)

@@ -11,6 +11,9 @@ import (
 
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/rtrctl/rtrctl/internal/hint"
+	"github.com/rtrctl/rtrctl/internal/retry"
 )
 
 // RegistryConfig is how to reach a Confluent-compatible schema registry.
@@ -66,10 +69,10 @@ func (r *Registry) URL() string { return r.cfg.URL }
 
 // RegistryError is a definite answer of the registry (an HTTP status
 // below 500: a schema, subject or version that does not exist, bad
-// credentials).
+// credentials), or (Code 0) a schema it holds that rtrctl cannot use.
 type RegistryError struct {
 	Op   string
-	Code int // the registry's error_code
+	Code int // the registry's error_code; 0 for rtrctl's own refusal
 	Msg  string
 }
 
@@ -89,7 +92,16 @@ func (r *Registry) do(ctx context.Context, op string, f func(ctx context.Context
 		}
 		var re *sr.ResponseError
 		if errors.As(err, &re) && re.StatusCode < 500 {
-			return &RegistryError{Op: op, Code: re.ErrorCode, Msg: re.Message}
+			rerr := &RegistryError{Op: op, Code: re.ErrorCode, Msg: re.Message}
+			if re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden {
+				return hint.Wrap(rerr, "check --schema-registry-user and the password (--schema-registry-password-file or $RTR_SCHEMA_REGISTRY_PASSWORD)")
+			}
+			return rerr
+		}
+		if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
+			// Not the registry going away: retrying will not help.
+			return retry.Permanent(hint.Wrap(fmt.Errorf("schema registry %s: %s: %w", r.cfg.URL, op, err),
+				"pass --schema-registry-ca with the CA that signed the registry's certificate (or --schema-registry-server-name)"))
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("schema registry %s: %s: %w", r.cfg.URL, op, err)
@@ -123,7 +135,7 @@ func (r *Registry) SchemaByID(ctx context.Context, id int) (avro.Schema, error) 
 	}
 	s, err = parseAvro(got.Schema)
 	if err != nil {
-		return nil, fmt.Errorf("schema registry: schema id %d: %w", id, err)
+		return nil, &RegistryError{Op: fmt.Sprintf("schema id %d", id), Msg: fmt.Sprintf("does not parse as Avro: %v", err)}
 	}
 	r.mu.Lock()
 	r.byID[id] = s
