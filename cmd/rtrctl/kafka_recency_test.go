@@ -73,6 +73,32 @@ func countRows(t *testing.T, dir, collection string, asOf uint64) int {
 	return strings.Count(out, "\n") - 1
 }
 
+// recencyStore is a new store for a recency test, and its directory.
+func recencyStore(t *testing.T) (string, *store.Store) {
+	t.Helper()
+	dir := t.TempDir() + "/store"
+	st, err := store.Open(context.Background(), dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, st
+}
+
+// waitRecentTime runs 'rtrctl wait-recent' for source and returns the time
+// it printed.
+func waitRecentTime(t *testing.T, dir, source string) uint64 {
+	t.Helper()
+	out, stderr, code := runCLI(t, "", "wait-recent", "--store", dir, "--source-id", source, "--timeout", "30s", "--wait-for-ingest")
+	if code != exitOK {
+		t.Fatalf("wait-recent %s: exit %d: %s", source, code, stderr)
+	}
+	ts, err := strconv.ParseUint(strings.TrimSpace(out), 10, 64)
+	if err != nil {
+		t.Fatalf("wait-recent printed %q", out)
+	}
+	return ts
+}
+
 // TestKafkaRecency is the recency seed scenario for Kafka: two topics with
 // different ingestion lag, written by a transactional producer (every
 // partition ends in a commit marker, which progress must step over or
@@ -81,11 +107,7 @@ func countRows(t *testing.T, dir, collection string, asOf uint64) int {
 func TestKafkaRecency(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	dir := t.TempDir() + "/store"
-	st, err := store.Open(ctx, dir, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, st := recencyStore(t)
 	type topicRun struct {
 		name   string
 		lag    time.Duration
@@ -109,18 +131,7 @@ func TestKafkaRecency(t *testing.T) {
 	}
 	defer func() { cancel(); wg.Wait() }()
 
-	waitRecent := func(r *topicRun) uint64 {
-		t.Helper()
-		out, stderr, code := runCLI(t, "", "wait-recent", "--store", dir, "--source-id", "kafka."+r.name, "--timeout", "30s", "--wait-for-ingest")
-		if code != exitOK {
-			t.Fatalf("wait-recent %s: exit %d: %s", r.name, code, stderr)
-		}
-		ts, err := strconv.ParseUint(strings.TrimSpace(out), 10, 64)
-		if err != nil {
-			t.Fatalf("wait-recent printed %q", out)
-		}
-		return ts
-	}
+	waitRecent := func(r *topicRun) uint64 { return waitRecentTime(t, dir, "kafka."+r.name) }
 	for _, r := range runs { // warm up: the ingest is up and bound
 		produceTxn(t, r.cl, 1, 2)
 		r.n = 2

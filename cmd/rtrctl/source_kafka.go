@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -26,13 +29,18 @@ func init() {
 	formats := func(cmd string) []cli.Flag {
 		return []cli.Flag{
 			&cli.StringFlag{Name: "envelope", Value: "none", Usage: "kafka: none (append-only) or upsert (one row per key)"},
-			&cli.StringFlag{Name: "key-format", Value: "bytes", Usage: "kafka: bytes, text or json"},
-			&cli.StringFlag{Name: "value-format", Value: "bytes", Usage: "kafka: bytes, text or json"},
+			&cli.StringFlag{Name: "key-format", Value: "bytes", Usage: "kafka: bytes, text, json or avro (with --schema-registry; subject <topic>-key)"},
+			&cli.StringFlag{Name: "value-format", Value: "bytes", Usage: "kafka: bytes, text, json or avro (with --schema-registry; subject <topic>-value)"},
 			&cli.IntFlag{Name: "max-record-bytes", Value: replicate.DefaultMaxRecordBytes, Usage: "kafka: largest record (key+value+headers) accepted"},
+			&cli.StringFlag{Name: "on-decode-error", Value: kafkafmt.PolicyFail, Usage: "kafka: a record that does not decode: fail (a definite error of the collection), skip (dropped, counted) or inline (kept with its raw bytes and error)"},
+			&cli.IntFlag{Name: "key-schema-version", Usage: "kafka: avro: read keys as this version of subject <topic>-key (default: the latest at start)"},
+			&cli.IntFlag{Name: "value-schema-version", Usage: "kafka: avro: read values as this version of subject <topic>-value (default: the latest at start)"},
 		}
 	}
 	topicFlag := &cli.StringFlag{Name: "topic", Usage: "kafka: the topic"}
 	sec := kafkaSecurityFlags()
+	formats0 := formats
+	formats = func(cmd string) []cli.Flag { return append(formats0(cmd), schemaRegistryFlags()...) }
 	registerSource(&sourceKind{
 		name: "kafka",
 		flags: map[string][]cli.Flag{
@@ -66,21 +74,18 @@ func init() {
 			default:
 				return nil, usagef("use --envelope none or --envelope upsert", "bad --envelope %q", env)
 			}
-			for _, f := range []string{"key-format", "value-format"} {
-				if _, err := kafkafmt.ParseFormat(c.String(f)); err != nil {
-					return nil, usagef("use --"+f+" bytes, text or json", "bad --%s %q", f, c.String(f))
-				}
+			fc, err := kafkaFormatConfig(c)
+			if err != nil {
+				return nil, err
 			}
 			cache, err := theMemory.stateCache(c)
 			if err != nil {
 				return nil, err
 			}
-			return ingest.NewKafka(ingest.KafkaConfig{
-				Upstream: ku.kafka, Topics: ku.topics, Source: c.String("source-id"),
-				Envelope: c.String("envelope"), KeyFormat: c.String("key-format"), ValueFormat: c.String("value-format"),
-				Group: c.String("group"), MaxRecordBytes: c.Int("max-record-bytes"),
-				StateDir: c.String("state-dir"), StateCache: cache,
-			}), nil
+			fc.Upstream, fc.Topics, fc.Source = ku.kafka, ku.topics, c.String("source-id")
+			fc.Envelope, fc.Group, fc.MaxRecordBytes = c.String("envelope"), c.String("group"), c.Int("max-record-bytes")
+			fc.StateDir, fc.StateCache = c.String("state-dir"), cache
+			return ingest.NewKafka(fc), nil
 		},
 		// The recorded cluster, with the SASL password from the recorded
 		// password file or $RTR_KAFKA_SASL_PASSWORD.
@@ -155,6 +160,106 @@ func kafkaSecurityFlags() []cli.Flag {
 	}
 }
 
+// schemaRegistryFlags name the schema registry of the avro format.
+func schemaRegistryFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "schema-registry", EnvVars: []string{"RTR_SCHEMA_REGISTRY_URL"}, Usage: "kafka: URL of the Confluent-compatible schema registry of --key-format/--value-format avro"},
+		&cli.StringFlag{Name: "schema-registry-user", EnvVars: []string{"RTR_SCHEMA_REGISTRY_USER"}, Usage: "kafka: schema registry basic auth user (basic.auth.user.info's user)"},
+		&cli.StringFlag{Name: "schema-registry-password-file", Usage: "kafka: file holding the schema registry password (one line; default: $" + envRegistryPassword + ")"},
+		&cli.StringFlag{Name: "schema-registry-ca", Usage: "kafka: PEM file of the CAs to trust for the schema registry instead of the system's"},
+		&cli.StringFlag{Name: "schema-registry-cert", Usage: "kafka: PEM client certificate for the schema registry (mutual TLS)"},
+		&cli.StringFlag{Name: "schema-registry-key", Usage: "kafka: PEM private key of --schema-registry-cert"},
+		&cli.StringFlag{Name: "schema-registry-server-name", Usage: "kafka: name the schema registry's certificate must carry (default: the URL's host)"},
+		&cli.BoolFlag{Name: "schema-registry-insecure-skip-verify", Usage: "kafka: accept any schema registry certificate; tests only"},
+	}
+}
+
+// envRegistryPassword holds the schema registry password when no
+// --schema-registry-password-file is given.
+const envRegistryPassword = "RTR_SCHEMA_REGISTRY_PASSWORD"
+
+// kafkaFormatConfig is the formats, schema registry and decode error
+// policy the flags name (the rest of an ingest's KafkaConfig is the
+// caller's).
+func kafkaFormatConfig(c *cli.Context) (ingest.KafkaConfig, error) {
+	fc := ingest.KafkaConfig{KeyFormat: c.String("key-format"), ValueFormat: c.String("value-format"),
+		KeySchemaVersion: c.Int("key-schema-version"), ValueSchemaVersion: c.Int("value-schema-version"),
+		OnDecodeError: c.String("on-decode-error")}
+	if !slices.Contains(kafkafmt.Policies, fc.OnDecodeError) {
+		return fc, usagef("use --on-decode-error fail, skip or inline", "bad --on-decode-error %q", fc.OnDecodeError)
+	}
+	avro := false
+	for _, f := range []string{"key-format", "value-format"} {
+		_, err := kafkafmt.ParseFormat(c.String(f))
+		switch {
+		case errors.Is(err, kafkafmt.ErrNeedsRegistry):
+			avro = true
+		case err != nil:
+			return fc, usagef("use --"+f+" bytes, text, json or avro", "bad --%s %q", f, c.String(f))
+		}
+	}
+	for _, f := range []string{"key-schema-version", "value-schema-version"} {
+		if c.Int(f) < 0 {
+			return fc, usagef("pass a version number of the subject (1, 2, ...), or leave --"+f+" out for the latest", "bad --%s %d", f, c.Int(f))
+		}
+	}
+	url := c.String("schema-registry")
+	if !avro {
+		return fc, nil
+	}
+	if url == "" {
+		return fc, usagef("pass --schema-registry URL (or set RTR_SCHEMA_REGISTRY_URL)", "--key-format/--value-format avro needs a schema registry")
+	}
+	reg, err := schemaRegistry(c, url)
+	if err != nil {
+		return fc, err
+	}
+	fc.Registry = reg
+	return fc, nil
+}
+
+// schemaRegistry is the registry client of the --schema-registry* flags.
+// Credentials in the URL (https://user:password@host) are taken out of
+// it, so that the URL in logs and errors has none.
+func schemaRegistry(c *cli.Context, raw string) (*kafkafmt.Registry, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, usagef("write the registry as http://host:port or https://host:port", "bad --schema-registry: not an http(s) URL")
+	}
+	cfg := kafkafmt.RegistryConfig{User: c.String("schema-registry-user")}
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Password, _ = u.User.Password()
+		u.User = nil
+	}
+	cfg.URL = u.String()
+	switch file := c.String("schema-registry-password-file"); {
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, usagef("name a readable file holding the password", "read --schema-registry-password-file %s: %v", file, err)
+		}
+		cfg.Password = strings.TrimRight(string(b), "\r\n")
+	case cfg.Password == "":
+		cfg.Password = os.Getenv(envRegistryPassword)
+	}
+	if cfg.Password != "" && cfg.User == "" {
+		return nil, usagef("pass --schema-registry-user", "a schema registry password without a user")
+	}
+	files := upstream.TLSFiles{CA: c.String("schema-registry-ca"), Cert: c.String("schema-registry-cert"), Key: c.String("schema-registry-key"),
+		ServerName: c.String("schema-registry-server-name"), InsecureSkipVerify: c.Bool("schema-registry-insecure-skip-verify")}
+	if files != (upstream.TLSFiles{}) {
+		if u.Scheme != "https" {
+			return nil, usagef("use an https:// --schema-registry URL with the TLS flags", "--schema-registry-* TLS flags given for %s", cfg.URL)
+		}
+		cfg.TLS, err = files.Config(u.Hostname(), upstream.TLSFiles{CA: "--schema-registry-ca", Cert: "--schema-registry-cert", Key: "--schema-registry-key"})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return kafkafmt.NewRegistry(cfg)
+}
+
 // kafkaUpstream is a Kafka cluster and topics.
 type kafkaUpstream struct {
 	kafka  upstream.Kafka
@@ -186,19 +291,20 @@ func replicateKafkaAction(c *cli.Context, u sourceUpstream) error {
 			*f.dst = v
 		}
 	}
-	keyF, err := kafkafmt.ParseFormat(c.String("key-format"))
+	fc, err := kafkaFormatConfig(c)
 	if err != nil {
-		return usagef("use --key-format bytes, text or json", "bad --key-format %q", c.String("key-format"))
+		return err
 	}
-	valF, err := kafkafmt.ParseFormat(c.String("value-format"))
+	keyF, valF, err := ingest.KafkaFormats(c.Context, fc, topic)
 	if err != nil {
-		return usagef("use --value-format bytes, text or json", "bad --value-format %q", c.String("value-format"))
+		return err
 	}
 	source := c.String("source-id")
 	if source == "" {
 		source = ingest.KafkaSourceID("", topic)
 	}
-	dec, err := kafkafmt.NewDecoder(kafkafmt.Config{Envelope: c.String("envelope"), Key: keyF, Value: valF, Collection: topic, Source: source})
+	dec, err := kafkafmt.NewDecoder(kafkafmt.Config{Envelope: c.String("envelope"), Key: keyF, Value: valF, Collection: topic, Source: source,
+		OnDecodeError: fc.OnDecodeError})
 	if err != nil {
 		return usagef("use --envelope none or --envelope upsert", "bad --envelope %q", c.String("envelope"))
 	}

@@ -24,6 +24,8 @@
 //	func StartMariaDB(t testing.TB, opts MariaDBOptions) *MariaDB
 //	func StartKafka(t testing.TB, opts ...kfake.Opt) *Kafka
 //	func StartProxy(t testing.TB, target string) *Proxy
+//	func StartRegistry(t testing.TB, opts RegistryOptions) *Registry // Confluent-compatible schema registry (Avro), registry.go
+//	func (r *Registry) Serde(t, subject, schema string) *AvroSerde  // register + sr.Serde/hamba producer
 //	func Main(m *testing.M)                     // TestMain: run tests, then stop shared servers
 //	func StopShared() error                     // what Main does after m.Run
 //

@@ -28,6 +28,12 @@ const (
 	mdKafkaEnvelope    = "kafka.envelope"
 	mdKafkaKeyFormat   = "kafka.key_format"
 	mdKafkaValueFormat = "kafka.value_format"
+	// The reader schemas of Avro keys and values ("subject version V id
+	// I"), and the decode error policy when it shapes the columns
+	// (inline).
+	mdKafkaKeySchema   = "kafka.key_schema"
+	mdKafkaValueSchema = "kafka.value_schema"
+	mdKafkaInline      = "kafka.on_decode_error"
 )
 
 // KafkaConfig configures an ingest of Kafka topics.
@@ -37,8 +43,16 @@ type KafkaConfig struct {
 	// Topics to ingest; each becomes the collection of the same name and
 	// its own source (KafkaSourceID).
 	Topics []string
-	// KeyFormat and ValueFormat: bytes (default), text or json.
+	// KeyFormat and ValueFormat: bytes (default), text, json or avro.
 	KeyFormat, ValueFormat string
+	// Registry is the schema registry of the avro format (nil without
+	// one); KeySchemaVersion and ValueSchemaVersion pin the reader
+	// schemas of subjects <topic>-key and <topic>-value (0: the latest
+	// at start).
+	Registry                             *kafkafmt.Registry
+	KeySchemaVersion, ValueSchemaVersion int
+	// OnDecodeError: fail (default), skip or inline (kafkafmt.Policies).
+	OnDecodeError string
 	// Envelope: none (default, append-only) or upsert.
 	Envelope string
 	// Source is the prefix of the source ids (default "kafka"): topic T
@@ -81,13 +95,53 @@ func KafkaSourceID(prefix, topic string) string {
 // value) is read back from the store when the stream resumes, not from
 // the topic.
 type Kafka struct {
-	cfg        KafkaConfig
-	log        *slog.Logger
-	keyF, valF kafkafmt.Format
-	decs       map[string]kafkafmt.Decoder // by topic
-	st         *store.Store
+	cfg  KafkaConfig
+	log  *slog.Logger
+	decs map[string]kafkafmt.Decoder // by topic
+	// formats are each topic's key and value formats.
+	formats map[string][2]kafkafmt.Format
+	st      *store.Store
 	// states are the upsert topics' states on disk, by topic (Resume).
-	states map[string]*upsertState
+	states  map[string]*upsertState
+	metrics *Metrics
+	errLog  decodeErrorLog
+}
+
+// UseMetrics implements MetricsUser: decode errors are counted in m.
+func (k *Kafka) UseMetrics(m *Metrics) { k.metrics = m }
+
+// KafkaFormats returns the key and value formats of topic under cfg: an
+// avro format reads subject <topic>-key or <topic>-value (Confluent's
+// TopicNameStrategy) from cfg.Registry.
+func KafkaFormats(ctx context.Context, cfg KafkaConfig, topic string) (key, value kafkafmt.Format, err error) {
+	make1 := func(name, role, flag string, version int) (kafkafmt.Format, error) {
+		if name != "avro" {
+			f, err := kafkafmt.ParseFormat(name)
+			if err != nil {
+				return nil, hint.Wrap(fmt.Errorf("ingest kafka: --%s-format: %w", role, err), "use --"+role+"-format bytes, text, json or avro")
+			}
+			return f, nil
+		}
+		if cfg.Registry == nil {
+			return nil, hint.Wrap(fmt.Errorf("ingest kafka: --%s-format avro needs a schema registry", role), "pass --schema-registry URL")
+		}
+		f, err := kafkafmt.NewAvro(ctx, kafkafmt.AvroConfig{Registry: cfg.Registry, Subject: topic + "-" + role, Version: version, Flag: flag})
+		if err != nil {
+			err = fmt.Errorf("ingest kafka: topic %s: --%s-format avro: %w", topic, role, err)
+			if re, ok := errors.AsType[*kafkafmt.RegistryError](err); ok && (re.Code == 40401 || re.Code == 40402) && hint.Of(err) == "" {
+				err = hint.Wrap(err, fmt.Sprintf("register the %s schema of topic %s as subject %s-%s (TopicNameStrategy), or check %s", role, topic, topic, role, flag))
+			}
+			return nil, err
+		}
+		return f, nil
+	}
+	if key, err = make1(cfg.KeyFormat, "key", "--key-schema-version", cfg.KeySchemaVersion); err != nil {
+		return nil, nil, err
+	}
+	if value, err = make1(cfg.ValueFormat, "value", "--value-schema-version", cfg.ValueSchemaVersion); err != nil {
+		return nil, nil, err
+	}
+	return key, value, nil
 }
 
 // NewKafka returns the Kafka source of cfg.
@@ -108,29 +162,27 @@ func (k *Kafka) Open(ctx context.Context, st *store.Store) ([]Timeline, error) {
 	if len(cfg.Topics) == 0 {
 		return nil, hint.Wrap(errors.New("ingest kafka: no topics given"), "pass --topics NAME[,NAME...]")
 	}
-	var err error
-	if k.keyF, err = kafkafmt.ParseFormat(cfg.KeyFormat); err != nil {
-		return nil, hint.Wrap(fmt.Errorf("ingest kafka: --key-format: %w", err), "use --key-format bytes, text or json")
-	}
-	if k.valF, err = kafkafmt.ParseFormat(cfg.ValueFormat); err != nil {
-		return nil, hint.Wrap(fmt.Errorf("ingest kafka: --value-format: %w", err), "use --value-format bytes, text or json")
-	}
 	k.Close()
-	k.st, k.decs, k.states = st, map[string]kafkafmt.Decoder{}, map[string]*upsertState{}
+	k.st, k.decs, k.states, k.formats = st, map[string]kafkafmt.Decoder{}, map[string]*upsertState{}, map[string][2]kafkafmt.Format{}
 	var tls []Timeline
 	for _, topic := range cfg.Topics {
 		if k.decs[topic] != nil {
 			return nil, hint.Wrap(fmt.Errorf("ingest kafka: topic %q given twice", topic), "name each topic once in --topics")
 		}
 		source := KafkaSourceID(cfg.Source, topic)
-		dec, err := kafkafmt.NewDecoder(kafkafmt.Config{Envelope: cfg.Envelope, Key: k.keyF, Value: k.valF, Collection: topic, Source: source})
+		keyF, valF, err := KafkaFormats(ctx, cfg, topic)
 		if err != nil {
-			return nil, hint.Wrap(fmt.Errorf("ingest %s: %w", source, err), "use --envelope none or --envelope upsert")
+			return nil, err
 		}
-		k.decs[topic] = dec
+		dec, err := kafkafmt.NewDecoder(kafkafmt.Config{Envelope: cfg.Envelope, Key: keyF, Value: valF, Collection: topic, Source: source,
+			OnDecodeError: cfg.OnDecodeError, DecodeErrors: k.decodeError})
+		if err != nil {
+			return nil, hint.Wrap(fmt.Errorf("ingest %s: %w", source, err), "use --envelope none or --envelope upsert, --on-decode-error fail, skip or inline")
+		}
+		k.decs[topic], k.formats[topic] = dec, [2]kafkafmt.Format{keyF, valF}
 		tl := Timeline{ID: source, Kind: "kafka", Domain: frontier.DomainKafka,
 			Upstream:    kafkaRecorded(cfg.Upstream, topic),
-			Collections: []Collection{k.collection(topic, dec)}}
+			Collections: []Collection{k.collection(topic, dec, keyF, valF)}}
 		if pr, err := probe.NewKafka(cfg.Upstream, []string{topic}); err == nil {
 			tl.Prober = pr
 		}
@@ -149,7 +201,7 @@ func kafkaRecorded(up upstream.Kafka, topic string) map[string]string {
 
 // collection is topic's collection: the decoder's columns and how they
 // were decoded, which a later run must match.
-func (k *Kafka) collection(topic string, dec kafkafmt.Decoder) Collection {
+func (k *Kafka) collection(topic string, dec kafkafmt.Decoder, keyF, valF kafkafmt.Format) Collection {
 	var fields []arrow.Field
 	for _, f := range dec.Schema().Fields() {
 		switch f.Name {
@@ -159,20 +211,90 @@ func (k *Kafka) collection(topic string, dec kafkafmt.Decoder) Collection {
 		fields = append(fields, f)
 	}
 	md := dec.Schema().Metadata()
-	want := map[string]string{mdKafkaEnvelope: k.cfg.Envelope, mdKafkaKeyFormat: k.keyF.Name(), mdKafkaValueFormat: k.valF.Name()}
-	md = arrow.NewMetadata(append(md.Keys(), mdKafkaEnvelope, mdKafkaKeyFormat, mdKafkaValueFormat),
-		append(md.Values(), want[mdKafkaEnvelope], want[mdKafkaKeyFormat], want[mdKafkaValueFormat]))
-	flags := map[string]string{mdKafkaEnvelope: "--envelope", mdKafkaKeyFormat: "--key-format", mdKafkaValueFormat: "--value-format"}
+	want := map[string]string{mdKafkaEnvelope: k.cfg.Envelope, mdKafkaKeyFormat: keyF.Name(), mdKafkaValueFormat: valF.Name()}
+	keys := []string{mdKafkaEnvelope, mdKafkaKeyFormat, mdKafkaValueFormat}
+	flags := map[string]string{mdKafkaEnvelope: "--envelope", mdKafkaKeyFormat: "--key-format", mdKafkaValueFormat: "--value-format",
+		mdKafkaKeySchema: "--key-schema-version", mdKafkaValueSchema: "--value-schema-version", mdKafkaInline: "--on-decode-error"}
+	versions := map[string]int{}
+	for _, s := range []struct {
+		key string
+		f   kafkafmt.Format
+	}{{mdKafkaKeySchema, keyF}, {mdKafkaValueSchema, valF}} {
+		if subject, v, id, ok := kafkafmt.AvroReader(s.f); ok {
+			want[s.key] = fmt.Sprintf("subject %s version %d id %d", subject, v, id)
+			versions[s.key] = v
+			keys = append(keys, s.key)
+		}
+	}
+	if k.cfg.OnDecodeError == kafkafmt.PolicyInline {
+		// Inline changes the columns; fail and skip do not.
+		want[mdKafkaInline] = kafkafmt.PolicyInline
+		keys = append(keys, mdKafkaInline)
+	}
+	mkeys, mvals := md.Keys(), md.Values()
+	for _, key := range keys {
+		mkeys, mvals = append(mkeys, key), append(mvals, want[key])
+	}
+	md = arrow.NewMetadata(mkeys, mvals)
 	return Collection{Name: topic, Schema: arrow.NewSchema(fields, &md), Check: func(existing *arrow.Schema) error {
 		have := existing.Metadata()
-		for _, key := range []string{mdKafkaEnvelope, mdKafkaKeyFormat, mdKafkaValueFormat} {
-			if got, ok := have.GetValue(key); ok && got != want[key] {
+		for _, key := range []string{mdKafkaEnvelope, mdKafkaKeyFormat, mdKafkaValueFormat, mdKafkaKeySchema, mdKafkaValueSchema, mdKafkaInline} {
+			got, ok := have.GetValue(key)
+			switch {
+			case key == mdKafkaInline && got != want[key]:
+				if got == "" {
+					got = "fail"
+				}
+				return hint.Wrap(fmt.Errorf("ingested with --on-decode-error %s, not %s (inline has other columns)", got, k.cfg.OnDecodeError),
+					"pass --on-decode-error "+got+", or ingest into another store")
+			case !ok || got == want[key]:
+			case key == mdKafkaKeySchema || key == mdKafkaValueSchema:
+				var subject string
+				var v, id int
+				fmt.Sscanf(got, "subject %s version %d id %d", &subject, &v, &id)
+				return hint.Wrap(fmt.Errorf("ingested with the reader schema %s, not %s (the subject has a new latest version, or another was pinned)", got, want[key]),
+					fmt.Sprintf("pass %s %d to keep reading with that version, or ingest into another store or --source-id to read with version %d", flags[key], v, versions[key]))
+			default:
 				return hint.Wrap(fmt.Errorf("ingested with %s %s, not %s", flags[key], got, want[key]),
 					fmt.Sprintf("pass %s %s, or ingest into another store", flags[key], got))
 			}
 		}
 		return nil
 	}}
+}
+
+// decodeError counts a record that does not decode and, when it is not
+// a definite error (which the stream logs), logs it at most once a second.
+func (k *Kafka) decodeError(de *kafkafmt.DecodeError, policy string) {
+	if k.metrics != nil {
+		k.metrics.kafkaDecodeError(de.Topic, policy)
+	}
+	if policy != kafkafmt.PolicyFail {
+		k.errLog.log(k.log, de, policy)
+	}
+}
+
+// decodeErrorLog logs skipped and inlined records, at most one line a
+// second, with the number not logged since.
+type decodeErrorLog struct {
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+func (l *decodeErrorLog) log(log *slog.Logger, de *kafkafmt.DecodeError, policy string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if time.Since(l.last) < time.Second {
+		l.suppressed++
+		return
+	}
+	what := "kafka record does not decode; skipped"
+	if policy == kafkafmt.PolicyInline {
+		what = "kafka record does not decode; kept inline with its error"
+	}
+	log.Warn(what, "topic", de.Topic, "partition", de.Partition, "offset", de.Offset, "error", de.Msg, "not_logged_since_last", l.suppressed)
+	l.last, l.suppressed = time.Now(), 0
 }
 
 // Resume implements Resumer: an upsert decoder's state is the collection

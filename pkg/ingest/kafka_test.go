@@ -565,6 +565,13 @@ func (l *stateLog) outcome() string {
 // model: the records below the binding's frontier applied in offset order.
 func checkUpsertModel(t *testing.T, st *store.Store, source, coll string, log []*kgo.Record) {
 	t.Helper()
+	checkUpsertModelAs(t, st, source, coll, log, func(r *kgo.Record) (string, string) { return string(r.Key), string(r.Value) })
+}
+
+// checkUpsertModelAs is checkUpsertModel with show rendering a record's
+// key and value as the collection's rows print them.
+func checkUpsertModelAs(t *testing.T, st *store.Store, source, coll string, log []*kgo.Record, show func(*kgo.Record) (key, value string)) {
+	t.Helper()
 	ctx := context.Background()
 	bs, _, err := st.Bindings(ctx, source)
 	if err != nil {
@@ -582,10 +589,11 @@ func checkUpsertModel(t *testing.T, st *store.Store, source, coll string, log []
 		model := map[string]string{}
 		for _, r := range log {
 			if b.Frontier.Beyond(frontier.Time{Partition: fmt.Sprint(r.Partition), Pos: uint64(r.Offset)}) {
+				k, v := show(r)
 				if r.Value == nil {
-					delete(model, string(r.Key))
+					delete(model, k)
 				} else {
-					model[string(r.Key)] = string(r.Value)
+					model[k] = v
 				}
 			}
 		}

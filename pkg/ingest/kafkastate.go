@@ -116,7 +116,7 @@ func (k *Kafka) openUpsertState(ctx context.Context, r Resume, topic string, sh 
 		base = filepath.Join(k.st.Dir(), "state")
 	}
 	ident := fmt.Sprintf("kafka upsert state v1: store %s, source %s, collection %s, key %s, value %s",
-		k.st.ID(), source, topic, k.keyF.Name(), k.valF.Name())
+		k.st.ID(), source, topic, k.formats[topic][0].Name(), k.formats[topic][1].Name())
 	db, err := keystate.Open(keystate.Config{Dir: filepath.Join(base, url.PathEscape(source)), Ident: ident, PebbleBytes: budget / 2, Logger: k.log})
 	if err != nil {
 		return nil, err

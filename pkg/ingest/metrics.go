@@ -32,6 +32,8 @@ type Metrics struct {
 	lagSeconds *prometheus.GaugeVec
 	lastError  *prometheus.GaugeVec
 	retries    *prometheus.CounterVec
+	// Kafka records that do not decode, by topic and policy.
+	kafkaDecodeErrors *prometheus.CounterVec
 	// What the upstream retains for the source (probe.Retention).
 	slotRetained  *prometheus.GaugeVec
 	slotSafe      *prometheus.GaugeVec
@@ -61,11 +63,23 @@ func NewMetrics() *Metrics {
 		slotStatus:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_pg_slot_wal_status", Help: "1 for the slot's wal_status (reserved, extended, unreserved, lost), 0 for the others."}, []string{"source", "slot", "wal_status"}),
 		binlogKeep:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_binlog_retention_seconds", Help: "How long the MySQL/MariaDB server keeps a binary log after its last write; absent when binlogs never expire."}, []string{"source"}),
 		binlogHeadway: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtr_binlog_headroom_seconds", Help: "Binlog retention minus rtr_lag_seconds: about how long the ingest may stay behind before the server may purge a binlog it still needs."}, []string{"source"}),
-		sources:       map[string]*sourceMetrics{},
+		kafkaDecodeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtr_kafka_decode_errors_total",
+			Help: "Kafka records whose key or value does not decode, by topic and --on-decode-error policy (fail: the collection's definite error; skip: dropped; inline: kept with the error)."}, []string{"topic", "policy"}),
+		sources: map[string]*sourceMetrics{},
 	}
 	m.reg.MustRegister(m.rows, m.commits, m.upper, m.position, m.upstream, m.lag, m.lagSeconds, m.lastError, m.retries,
-		m.slotRetained, m.slotSafe, m.slotStatus, m.binlogKeep, m.binlogHeadway)
+		m.slotRetained, m.slotSafe, m.slotStatus, m.binlogKeep, m.binlogHeadway, m.kafkaDecodeErrors)
 	return m
+}
+
+func (m *Metrics) kafkaDecodeError(topic, policy string) {
+	m.kafkaDecodeErrors.WithLabelValues(topic, policy).Inc()
+}
+
+// MetricsUser is implemented by sources that update metrics of their own
+// (Kafka's decode errors); Run hands them Options.Metrics.
+type MetricsUser interface {
+	UseMetrics(m *Metrics)
 }
 
 // sourceMetrics are the metrics of one source id.

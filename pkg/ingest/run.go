@@ -65,6 +65,9 @@ func Run(ctx context.Context, src Source, st *store.Store, opts Options) error {
 	if opts.CompactEvery == 0 {
 		opts.CompactEvery = time.Minute
 	}
+	if mu, ok := src.(MetricsUser); ok && opts.Metrics != nil {
+		mu.UseMetrics(opts.Metrics)
+	}
 	return retryTransient(ctx, opts, func(ctx context.Context) error {
 		return runOnce(ctx, src, st, opts)
 	})

@@ -27,6 +27,12 @@ type Config struct {
 	// Collection and Source go into the data schema's metadata
 	// (rtr.collection, rtr.source).
 	Collection, Source string
+	// OnDecodeError is the decode error policy: PolicyFail (default),
+	// PolicySkip or PolicyInline (policy.go).
+	OnDecodeError string
+	// DecodeErrors, when set, is called with every record that does not
+	// decode and the policy applied to it (for a metric and a log line).
+	DecodeErrors func(err *DecodeError, policy string)
 }
 
 // DecodeError says that a record's bytes do not decode. It is definite:
@@ -99,7 +105,8 @@ type Netting interface {
 	NetFrom(from map[int32]int64)
 }
 
-// NewDecoder returns the decoder of cfg.Envelope.
+// NewDecoder returns the decoder of cfg.Envelope, with cfg's decode error
+// policy (and normalization of the formats that need it, policy.go).
 func NewDecoder(cfg Config) (Decoder, error) {
 	if cfg.Key == nil {
 		cfg.Key = bytesFormat{}
@@ -107,6 +114,31 @@ func NewDecoder(cfg Config) (Decoder, error) {
 	if cfg.Value == nil {
 		cfg.Value = bytesFormat{}
 	}
+	switch cfg.OnDecodeError {
+	case "":
+		cfg.OnDecodeError = PolicyFail
+	case PolicyFail, PolicySkip:
+	case PolicyInline:
+		// Every format but bytes (which refuses nothing) keeps what it
+		// refuses in its column.
+		if _, ok := cfg.Key.(bytesFormat); !ok {
+			cfg.Key = newInline(cfg.Key)
+		}
+		if _, ok := cfg.Value.(bytesFormat); !ok {
+			cfg.Value = newInline(cfg.Value)
+		}
+	default:
+		return nil, fmt.Errorf("new decoder: unknown decode error policy %q (want fail, skip or inline)", cfg.OnDecodeError)
+	}
+	dec, err := newEnvelope(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return withPolicy(dec, cfg), nil
+}
+
+// newEnvelope returns the envelope decoder of cfg.Envelope.
+func newEnvelope(cfg Config) (Decoder, error) {
 	switch cfg.Envelope {
 	case "none", "":
 		// partition and offset first: they identify a record, so the

@@ -7,7 +7,10 @@
 //   - bytes: Arrow binary, the bytes as they are;
 //   - text: Arrow utf8; the bytes must be valid UTF-8;
 //   - json: Arrow utf8 holding the JSON text verbatim; it must be one valid
-//     JSON value.
+//     JSON value;
+//   - avro (NewAvro): Confluent-framed Avro read through a schema registry
+//     with one reader schema, into the Arrow type of that schema (a
+//     record is a struct).
 //
 // A null key or value (Kafka's null, not an empty byte string) is a null in
 // every format. Bytes a format refuses are a *DecodeError; rtrctl records it
@@ -30,6 +33,7 @@ package kafkafmt
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"unicode/utf8"
 
@@ -58,8 +62,13 @@ type Format interface {
 	Raw(arr arrow.Array, i int) ([]byte, error)
 }
 
-// Formats lists the names ParseFormat accepts.
-var Formats = []string{"bytes", "text", "json"}
+// Formats lists the format names: ParseFormat makes the first three,
+// NewAvro (which needs a schema registry) avro.
+var Formats = []string{"bytes", "text", "json", "avro"}
+
+// ErrNeedsRegistry is ParseFormat's error for a format that is made with
+// a schema registry (NewAvro).
+var ErrNeedsRegistry = errors.New("the format reads schemas from a schema registry")
 
 // ParseFormat returns the format called name.
 func ParseFormat(name string) (Format, error) {
@@ -70,8 +79,10 @@ func ParseFormat(name string) (Format, error) {
 		return textFormat{}, nil
 	case "json":
 		return jsonFormat{}, nil
+	case "avro":
+		return nil, fmt.Errorf("parse format: avro: %w (pass --schema-registry URL)", ErrNeedsRegistry)
 	}
-	return nil, fmt.Errorf("parse format: unknown format %q (want bytes, text or json)", name)
+	return nil, fmt.Errorf("parse format: unknown format %q (want bytes, text, json or avro)", name)
 }
 
 type bytesFormat struct{}

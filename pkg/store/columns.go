@@ -39,7 +39,7 @@ type column interface {
 }
 
 // supportedTypes is listed in error messages.
-const supportedTypes = "bool, int8-64, uint8-64, float32/64, utf8, large_utf8, binary, large_binary, fixed_size_binary, date32/64, time32/64, timestamp, duration, decimal128, month_day_nano_interval, and list/large_list of any of these (nested lists too)"
+const supportedTypes = "bool, int8-64, uint8-64, float32/64, utf8, large_utf8, binary, large_binary, fixed_size_binary, date32/64, time32/64, timestamp, duration, decimal128, month_day_nano_interval, list/large_list of any of these (nested lists too) and struct of any of these"
 
 // newColumn returns the column implementation for a data type.
 func newColumn(dt arrow.DataType) (column, error) {
@@ -91,6 +91,8 @@ func newColumn(dt arrow.DataType) (column, error) {
 		return newListCol[int32](dt)
 	case arrow.LARGE_LIST:
 		return newListCol[int64](dt)
+	case arrow.STRUCT:
+		return newStructCol(dt.(*arrow.StructType))
 	}
 	return nil, fmt.Errorf("type %s is not supported by the store (supported: %s): %w", dt, supportedTypes, ErrInvalid)
 }

@@ -198,9 +198,8 @@ func TestCreateShardRefusesUnsupported(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t, t.TempDir(), Options{})
 	for _, dt := range []arrow.DataType{
-		arrow.StructOf(arrow.Field{Name: "a", Type: arrow.PrimitiveTypes.Int64}),
 		arrow.MapOf(arrow.BinaryTypes.String, arrow.PrimitiveTypes.Int64),
-		arrow.ListOf(arrow.StructOf(arrow.Field{Name: "a", Type: arrow.PrimitiveTypes.Int64})),
+		arrow.StructOf(arrow.Field{Name: "a", Type: arrow.FixedWidthTypes.DayTimeInterval}),
 		arrow.ListOf(arrow.FixedWidthTypes.DayTimeInterval),
 		arrow.FixedSizeListOf(2, arrow.PrimitiveTypes.Int64),
 	} {

@@ -1,0 +1,203 @@
+package kafkafmt
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hamba/avro/v2"
+	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/rtrctl/rtrctl/internal/hint"
+	"github.com/rtrctl/rtrctl/internal/retry"
+)
+
+// RegistryConfig is how to reach a Confluent-compatible schema registry.
+type RegistryConfig struct {
+	// URL is the registry's base URL (http:// or https://).
+	URL string
+	// User and Password are HTTP basic auth credentials (none when User
+	// is empty). The password is never logged nor put in errors.
+	User, Password string
+	// TLS, when set, is the client configuration for an https URL (the
+	// system's roots otherwise).
+	TLS *tls.Config
+	// RetryFor bounds how long a request is retried while the registry
+	// does not answer (default 1 minute).
+	RetryFor time.Duration
+}
+
+// Registry is a schema registry client (franz-go's pkg/sr) with a cache
+// of the schemas it has fetched by id: a schema id names one schema
+// forever, so each is fetched once.
+type Registry struct {
+	cfg RegistryConfig
+	cl  *sr.Client
+
+	mu   sync.Mutex
+	byID map[int]avro.Schema
+}
+
+// NewRegistry returns a client of the registry cfg names.
+func NewRegistry(cfg RegistryConfig) (*Registry, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("schema registry: no URL (pass --schema-registry URL)")
+	}
+	if cfg.RetryFor == 0 {
+		cfg.RetryFor = time.Minute
+	}
+	opts := []sr.ClientOpt{sr.URLs(cfg.URL), sr.HTTPClient(&http.Client{Timeout: 10 * time.Second})}
+	if cfg.TLS != nil {
+		opts = append(opts, sr.HTTPClient(&http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg.TLS}}))
+	}
+	if cfg.User != "" {
+		opts = append(opts, sr.BasicAuth(cfg.User, cfg.Password))
+	}
+	cl, err := sr.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("schema registry %s: %w", cfg.URL, err)
+	}
+	return &Registry{cfg: cfg, cl: cl, byID: map[int]avro.Schema{}}, nil
+}
+
+// URL is the registry's URL.
+func (r *Registry) URL() string { return r.cfg.URL }
+
+// RegistryError is a definite answer of the registry (an HTTP status
+// below 500: a schema, subject or version that does not exist, bad
+// credentials), or (Code 0) a schema it holds that rtrctl cannot use.
+type RegistryError struct {
+	Op   string
+	Code int // the registry's error_code; 0 for rtrctl's own refusal
+	Msg  string
+}
+
+func (e *RegistryError) Error() string {
+	return fmt.Sprintf("schema registry: %s: %s (error code %d)", e.Op, e.Msg, e.Code)
+}
+
+// do runs f, retrying for cfg.RetryFor while the registry does not
+// answer or answers 5xx; a 4xx answer is a *RegistryError at once.
+func (r *Registry) do(ctx context.Context, op string, f func(ctx context.Context) error) error {
+	deadline := time.Now().Add(r.cfg.RetryFor)
+	wait := 100 * time.Millisecond
+	for {
+		err := f(ctx)
+		if err == nil {
+			return nil
+		}
+		var re *sr.ResponseError
+		if errors.As(err, &re) && re.StatusCode < 500 {
+			rerr := &RegistryError{Op: op, Code: re.ErrorCode, Msg: re.Message}
+			if re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden {
+				return hint.Wrap(rerr, "check --schema-registry-user and the password (--schema-registry-password-file or $RTR_SCHEMA_REGISTRY_PASSWORD)")
+			}
+			return rerr
+		}
+		if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
+			// Not the registry going away: retrying will not help.
+			return retry.Permanent(hint.Wrap(fmt.Errorf("schema registry %s: %s: %w", r.cfg.URL, op, err),
+				"pass --schema-registry-ca with the CA that signed the registry's certificate (or --schema-registry-server-name)"))
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("schema registry %s: %s: %w", r.cfg.URL, op, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// SchemaByID returns the Avro schema with id.
+func (r *Registry) SchemaByID(ctx context.Context, id int) (avro.Schema, error) {
+	r.mu.Lock()
+	s, ok := r.byID[id]
+	r.mu.Unlock()
+	if ok {
+		return s, nil
+	}
+	var got sr.Schema
+	err := r.do(ctx, fmt.Sprintf("schema id %d", id), func(ctx context.Context) (err error) {
+		got, err = r.cl.SchemaByID(ctx, id)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if got.Type != sr.TypeAvro {
+		return nil, &RegistryError{Op: fmt.Sprintf("schema id %d", id), Msg: fmt.Sprintf("is a %s schema, not Avro", got.Type)}
+	}
+	s, err = parseAvro(got.Schema)
+	if err != nil {
+		return nil, &RegistryError{Op: fmt.Sprintf("schema id %d", id), Msg: fmt.Sprintf("does not parse as Avro: %v", err)}
+	}
+	r.mu.Lock()
+	r.byID[id] = s
+	r.mu.Unlock()
+	return s, nil
+}
+
+// SubjectVersion is one registered version of a subject.
+type SubjectVersion struct {
+	Subject     string
+	Version, ID int
+	Schema      avro.Schema
+}
+
+// Version returns version v of subject (v <= 0: the latest).
+func (r *Registry) Version(ctx context.Context, subject string, v int) (SubjectVersion, error) {
+	if v <= 0 {
+		v = -1
+	}
+	var ss sr.SubjectSchema
+	err := r.do(ctx, fmt.Sprintf("subject %s version %s", subject, versionName(v)), func(ctx context.Context) (err error) {
+		ss, err = r.cl.SchemaByVersion(ctx, subject, v)
+		return err
+	})
+	if err != nil {
+		return SubjectVersion{}, err
+	}
+	s, err := r.SchemaByID(ctx, ss.ID)
+	if err != nil {
+		return SubjectVersion{}, err
+	}
+	return SubjectVersion{Subject: subject, Version: ss.Version, ID: ss.ID, Schema: s}, nil
+}
+
+// VersionOfID returns the version of subject registered as schema id, or
+// 0 when id is not a version of subject.
+func (r *Registry) VersionOfID(ctx context.Context, subject string, id int) (int, error) {
+	var vs []sr.SubjectVersion
+	err := r.do(ctx, fmt.Sprintf("versions of schema id %d", id), func(ctx context.Context) (err error) {
+		vs, err = r.cl.SchemaVersionsByID(ctx, id)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, v := range vs {
+		if v.Subject == subject {
+			return v.Version, nil
+		}
+	}
+	return 0, nil
+}
+
+func versionName(v int) string {
+	if v < 0 {
+		return "latest"
+	}
+	return fmt.Sprint(v)
+}
+
+// parseAvro parses a schema with a cache of its own, so that versions of
+// one named type do not meet in hamba/avro's global cache.
+func parseAvro(text string) (avro.Schema, error) {
+	return avro.ParseWithCache(text, "", &avro.SchemaCache{})
+}
