@@ -304,7 +304,7 @@ func (l *decodeErrorLog) log(log *slog.Logger, de *kafkafmt.DecodeError, policy 
 func (k *Kafka) Resume(ctx context.Context, r Resume) error {
 	for topic, sh := range r.Shards {
 		dec := k.decs[topic]
-		if b, ok := dec.(kafkafmt.Backed); ok && !r.Errored[topic] && k.states[topic] == nil {
+		if b, ok := kafkafmt.As[kafkafmt.Backed](dec); ok && !r.Errored[topic] && k.states[topic] == nil {
 			u, err := k.openUpsertState(ctx, r, topic, sh, b)
 			if err != nil {
 				return fmt.Errorf("upsert state: %w", err)
@@ -316,7 +316,7 @@ func (k *Kafka) Resume(ctx context.Context, r Resume) error {
 		// progress only between batches, so one binding covers a batch,
 		// except that bindings made before this run may split the records
 		// below the last one's frontier: those stay record by record.
-		if n, ok := dec.(kafkafmt.Netting); ok {
+		if n, ok := kafkafmt.As[kafkafmt.Netting](dec); ok {
 			from := map[int32]int64{}
 			if bs := r.Bindings; len(bs) > 0 {
 				last := bs[len(bs)-1].Frontier

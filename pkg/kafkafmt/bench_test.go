@@ -52,7 +52,7 @@ func (in *benchInput) run(b *testing.B, cfg Config, hs []kgo.RecordHeader, net b
 		b.Fatal(err)
 	}
 	if net {
-		d.(Netting).NetFrom(nil)
+		must[Netting](d).NetFrom(nil)
 	}
 	defer d.Release()
 	var offs [benchParts]int64

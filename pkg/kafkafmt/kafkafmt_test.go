@@ -24,7 +24,7 @@ func rec(p int32, off int64, key, value []byte, hs ...kgo.RecordHeader) *kgo.Rec
 
 // loadState rebuilds d's state from one record.
 func loadState(d Decoder, recs ...arrow.Record) error {
-	s := d.(Stateful)
+	s := must[Stateful](d)
 	s.ResetState()
 	for _, r := range recs {
 		if err := s.AddState(r); err != nil {
@@ -188,7 +188,7 @@ func TestUpsertEnvelope(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if n := d.(Stateful).StateSize(); n != 1 {
+	if n := must[Stateful](d).StateSize(); n != 1 {
 		t.Errorf("state size %d, want 1", n)
 	}
 
@@ -274,7 +274,7 @@ func TestUpsertValueReuse(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if n := d.(Stateful).StateSize(); n != 1 {
+	if n := must[Stateful](d).StateSize(); n != 1 {
 		t.Errorf("state size %d, want 1", n)
 	}
 
@@ -353,7 +353,7 @@ func TestUpsertNetting(t *testing.T) {
 		plain := newDec(t, "upsert", "bytes", "bytes")
 		netted := newDec(t, "upsert", "bytes", "bytes")
 		from := int64(rng.IntN(40))
-		netted.(Netting).NetFrom(map[int32]int64{0: from})
+		must[Netting](netted).NetFrom(map[int32]int64{0: from})
 		consolidated := func(r arrow.Record) (map[string]int64, []string) {
 			sum := map[string]int64{}
 			var lines []string
@@ -417,10 +417,10 @@ func TestUpsertNetting(t *testing.T) {
 					r.Release()
 				}
 			}
-			if p, n := plain.(Stateful).StateSize(), netted.(Stateful).StateSize(); p != n {
+			if p, n := must[Stateful](plain).StateSize(), must[Stateful](netted).StateSize(); p != n {
 				t.Fatalf("seed %d: %d keys record by record, %d netted", seed, p, n)
 			}
-			if n, held := netted.(Stateful).StateSize(), netted.(*upsertDecoder).state.len(); n != held {
+			if n, held := must[Stateful](netted).StateSize(), netted.(*upsertDecoder).state.len(); n != held {
 				t.Fatalf("seed %d: %d keys but %d entries held: deleted keys linger", seed, n, held)
 			}
 			batchStart = off + 1
@@ -493,8 +493,8 @@ func testUpsertStateFromHistory(t *testing.T, vf string) {
 			}
 		})
 	}
-	if fmt.Sprint(got) != fmt.Sprint(want) || d2.(Stateful).StateSize() != len(want) {
-		t.Fatalf("state from history %v (%d keys), decoder's %v", got, d2.(Stateful).StateSize(), want)
+	if fmt.Sprint(got) != fmt.Sprint(want) || must[Stateful](d2).StateSize() != len(want) {
+		t.Fatalf("state from history %v (%d keys), decoder's %v", got, must[Stateful](d2).StateSize(), want)
 	}
 	for _, r := range append(out, parts...) {
 		r.Release()
@@ -527,4 +527,14 @@ func testUpsertStateFromHistory(t *testing.T, vf string) {
 			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.err)
 		}
 	}
+}
+
+// must returns dec as a T (through NewDecoder's wrappers), panicking if
+// it is not one.
+func must[T any](dec Decoder) T {
+	t, ok := As[T](dec)
+	if !ok {
+		panic(fmt.Sprintf("%T is not a %T", dec, t))
+	}
+	return t
 }

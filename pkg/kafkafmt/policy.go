@@ -45,8 +45,9 @@ type policyDecoder struct {
 }
 
 // withPolicy wraps dec when its formats normalize or its policy is not
-// fail (or errors are counted); the wrapper keeps dec's Stateful and
-// Netting.
+// fail (or errors are counted). What dec implements besides Decoder
+// (Stateful, Netting, Backed, Failer) is found through the wrapper with
+// As.
 func withPolicy(dec Decoder, cfg Config) Decoder {
 	p := &policyDecoder{Decoder: dec, cfg: cfg}
 	p.kn, _ = cfg.Key.(Normalizer)
@@ -54,27 +55,26 @@ func withPolicy(dec Decoder, cfg Config) Decoder {
 	if p.kn == nil && p.vn == nil && cfg.OnDecodeError == PolicyFail && cfg.DecodeErrors == nil {
 		return dec
 	}
-	s, isS := dec.(Stateful)
-	n, isN := dec.(Netting)
-	switch {
-	case isS && isN:
-		return struct {
-			*policyDecoder
-			Stateful
-			Netting
-		}{p, s, n}
-	case isS:
-		return struct {
-			*policyDecoder
-			Stateful
-		}{p, s}
-	case isN:
-		return struct {
-			*policyDecoder
-			Netting
-		}{p, n}
-	}
 	return p
+}
+
+// Unwrap returns the envelope the policy wraps.
+func (d *policyDecoder) Unwrap() Decoder { return d.Decoder }
+
+// As returns dec as a T (Stateful, Netting, Backed, Failer), looking
+// through the wrappers NewDecoder puts around an envelope.
+func As[T any](dec Decoder) (T, bool) {
+	for {
+		if t, ok := dec.(T); ok {
+			return t, true
+		}
+		u, ok := dec.(interface{ Unwrap() Decoder })
+		if !ok {
+			var zero T
+			return zero, false
+		}
+		dec = u.Unwrap()
+	}
 }
 
 // Add implements Decoder.

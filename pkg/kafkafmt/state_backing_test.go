@@ -80,7 +80,7 @@ func TestUpsertBacked(t *testing.T) {
 		plain := newDec(t, "upsert", "bytes", "bytes")
 		cached := newDec(t, "upsert", "bytes", "bytes").(*upsertDecoder)
 		from := int64(rng.IntN(300))
-		plain.(Netting).NetFrom(map[int32]int64{0: from, 1: from})
+		must[Netting](plain).NetFrom(map[int32]int64{0: from, 1: from})
 		cached.NetFrom(map[int32]int64{0: from, 1: from})
 		b := &mapBacking{dec: cached, m: map[string]string{}, clean: map[int32]int64{}}
 		cached.SetBacking(b, 0, 4<<10)
@@ -119,15 +119,15 @@ func TestUpsertBacked(t *testing.T) {
 			if n := len(b.pending); n > 3 || rng.IntN(3) == 0 {
 				b.commit(t, rng.IntN(n+1))
 			}
-			if p, c := plain.(Stateful).StateSize(), cached.StateSize(); p != c {
+			if p, c := must[Stateful](plain).StateSize(), cached.StateSize(); p != c {
 				t.Fatalf("seed %d step %d: %d keys in memory, %d cached", seed, step, p, c)
 			}
 		}
 		if cached.Evicted() == 0 || b.gets == 0 {
 			t.Fatalf("seed %d: the cache evicted %d entries and read %d: the test does not exercise it", seed, cached.Evicted(), b.gets)
 		}
-		if held := cached.state.len(); held >= plain.(Stateful).StateSize() {
-			t.Fatalf("seed %d: the cache holds %d entries of %d keys", seed, held, plain.(Stateful).StateSize())
+		if held := cached.state.len(); held >= must[Stateful](plain).StateSize() {
+			t.Fatalf("seed %d: the cache holds %d entries of %d keys", seed, held, must[Stateful](plain).StateSize())
 		}
 	}
 }

@@ -408,7 +408,7 @@ func (s *kafkaStreamer) records(st *kafkaTopicState, p int32, recs []*kgo.Record
 
 func (s *kafkaStreamer) flushData(st *kafkaTopicState) error {
 	rec := st.Decoder.Flush()
-	if f, ok := st.Decoder.(kafkafmt.Failer); ok && f.Err() != nil {
+	if f, ok := kafkafmt.As[kafkafmt.Failer](st.Decoder); ok && f.Err() != nil {
 		if rec != nil {
 			rec.Release()
 		}
