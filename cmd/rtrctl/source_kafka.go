@@ -25,7 +25,7 @@ import (
 func init() {
 	formats := func(cmd string) []cli.Flag {
 		return []cli.Flag{
-			&cli.StringFlag{Name: "envelope", Value: "none", Usage: "kafka: none (append-only) or upsert (one row per key)"},
+			&cli.StringFlag{Name: "envelope", Value: "none", Usage: "kafka: none (append-only), upsert (one row per key) or debezium (Debezium change events: the after row per record key; needs --key-format json --value-format json)"},
 			&cli.StringFlag{Name: "key-format", Value: "bytes", Usage: "kafka: bytes, text or json"},
 			&cli.StringFlag{Name: "value-format", Value: "bytes", Usage: "kafka: bytes, text or json"},
 			&cli.IntFlag{Name: "max-record-bytes", Value: replicate.DefaultMaxRecordBytes, Usage: "kafka: largest record (key+value+headers) accepted"},
@@ -62,9 +62,9 @@ func init() {
 		ingest: func(c *cli.Context, u sourceUpstream) (ingest.Source, error) {
 			ku := u.(kafkaUpstream)
 			switch env := c.String("envelope"); env {
-			case "none", "upsert":
+			case "none", "upsert", "debezium":
 			default:
-				return nil, usagef("use --envelope none or --envelope upsert", "bad --envelope %q", env)
+				return nil, usagef("use --envelope none, upsert or debezium", "bad --envelope %q", env)
 			}
 			for _, f := range []string{"key-format", "value-format"} {
 				if _, err := kafkafmt.ParseFormat(c.String(f)); err != nil {
