@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -47,41 +48,94 @@ var resumeLine = regexp.MustCompile(`msg=resume .*from=(\S*) durable_upper`)
 
 // TestKafkaUpsertSIGKILL: an upsert ingest (a separate rtrctl process) is
 // SIGKILLed at random moments while a producer writes random puts and
-// deletes over a small key space, and restarted. At every readable binding
-// time the store equals the model (the records below the binding's
-// frontier, applied in offset order); every restart resumes from the
-// store's durable frontier, not from the topic's beginning.
+// deletes over a small key space, and restarted (kafkaSIGKILL).
 func TestKafkaUpsertSIGKILL(t *testing.T) {
 	k := testenv.StartKafka(t)
 	brokers := strings.Join(k.Brokers, ",")
 	cl := kafkaTestTopic(t, k.Brokers, "ups", 3)
-	dir := t.TempDir()
 	rnd := rand.New(rand.NewSource(7))
 	var log []*kgo.Record
-	produceSome := func(n int) {
-		for i := 0; i < n; i++ {
-			key := fmt.Sprintf("key%02d", rnd.Intn(12))
-			h := fnv.New32a()
-			h.Write([]byte(key))
-			r := &kgo.Record{Topic: "ups", Partition: int32(h.Sum32() % 3), Key: []byte(key)}
-			if rnd.Intn(5) != 0 {
-				r.Value = []byte(fmt.Sprintf("v%d", len(log)))
+	kafkaSIGKILL(t, rnd, kafkaKill{
+		brokers: brokers, topic: "ups",
+		args: []string{"--envelope", "upsert", "--key-format", "text", "--value-format", "text"},
+		produce: func(n int) {
+			for i := 0; i < n; i++ {
+				key := fmt.Sprintf("key%02d", rnd.Intn(12))
+				h := fnv.New32a()
+				h.Write([]byte(key))
+				r := &kgo.Record{Topic: "ups", Partition: int32(h.Sum32() % 3), Key: []byte(key)}
+				if rnd.Intn(5) != 0 {
+					r.Value = []byte(fmt.Sprintf("v%d", len(log)))
+				}
+				if err := cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+				log = append(log, r)
 			}
-			if err := cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
-				t.Fatal(err)
+		},
+		model: func(f frontier.Frontier) map[string]string {
+			model := map[string]string{}
+			for _, r := range log {
+				if f.Beyond(frontier.Time{Partition: strconv.Itoa(int(r.Partition)), Pos: uint64(r.Offset)}) {
+					if r.Value == nil {
+						delete(model, string(r.Key))
+					} else {
+						model[string(r.Key)] = string(r.Value)
+					}
+				}
 			}
-			log = append(log, r)
-		}
-	}
-	args := []string{"ingest", "--source", "kafka", "--brokers", brokers, "--topics", "ups", "--envelope", "upsert",
-		"--key-format", "text", "--value-format", "text", "--store", dir, "--interval", "20ms", "--compact-every", "0"}
+			return model
+		},
+		read: func(rec arrow.Record) (map[string]string, []string) {
+			got := map[string]string{}
+			var multi []string
+			keys, vals, diffs := rec.Column(0).(*array.String), rec.Column(1).(*array.String), rec.Column(2).(*array.Int64)
+			for i := 0; i < int(rec.NumRows()); i++ {
+				if diffs.Value(i) != 1 {
+					multi = append(multi, fmt.Sprintf("key %s has multiplicity %d", keys.Value(i), diffs.Value(i)))
+				}
+				got[keys.Value(i)] = vals.Value(i)
+			}
+			return got, multi
+		},
+	})
+	t.Logf("%d records", len(log))
+}
+
+// kafkaKill is a topic whose ingest kafkaSIGKILL kills.
+type kafkaKill struct {
+	brokers, topic string
+	// args are the ingest's envelope and format flags.
+	args []string
+	// produce writes n more records to the topic.
+	produce func(n int)
+	// model is the collection as of the records below f, each row
+	// rendered as a string by its key.
+	model func(f frontier.Frontier) map[string]string
+	// read renders a store read as model does, and says which rows do
+	// not have multiplicity 1.
+	read func(rec arrow.Record) (map[string]string, []string)
+}
+
+// kafkaSIGKILL runs the ingest of kk.topic as a separate rtrctl process,
+// SIGKILLed 5 times at random moments while kk.produce writes, and
+// restarted; a last run catches up and stops. At every readable binding
+// time the store equals kk.model (the records below the binding's
+// frontier, applied in offset order); every restart resumes from the
+// store's durable frontier, not from the topic's beginning, and the last
+// run rebuilt its state from the store.
+func kafkaSIGKILL(t *testing.T, rnd *rand.Rand, kk kafkaKill) {
+	t.Helper()
+	dir := t.TempDir()
+	args := append([]string{"ingest", "--source", "kafka", "--brokers", kk.brokers, "--topics", kk.topic}, kk.args...)
+	args = append(args, "--store", dir, "--interval", "20ms", "--compact-every", "0")
 	resumedPast0 := 0
 	for round := 0; round < 5; round++ {
 		p := startProc(t, nil, args...)
 		// Produce while it runs, then kill it at a random moment.
 		deadline := time.Now().Add(time.Duration(150+rnd.Intn(300)) * time.Millisecond)
 		for time.Now().Before(deadline) {
-			produceSome(5)
+			kk.produce(5)
 			time.Sleep(time.Duration(rnd.Intn(15)) * time.Millisecond)
 		}
 		waitFor(t, func() bool { return consumeLine.MatchString(string(p.stderr.bytes())) }, p)
@@ -110,13 +164,13 @@ func TestKafkaUpsertSIGKILL(t *testing.T) {
 		t.Fatal("no restart resumed past offset 0")
 	}
 	// A last run catches up and stops cleanly.
-	produceSome(20)
+	kk.produce(20)
 	p := startProc(t, nil, args...)
 	st, err := store.Open(context.Background(), dir, store.Options{MustExist: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, errOut, code := runCLI(t, "", "frontier", "--source", "kafka", "--brokers", brokers, "--topic", "ups")
+	out, errOut, code := runCLI(t, "", "frontier", "--source", "kafka", "--brokers", kk.brokers, "--topic", kk.topic)
 	if code != 0 {
 		t.Fatalf("frontier: %d %s", code, errOut)
 	}
@@ -124,12 +178,13 @@ func TestKafkaUpsertSIGKILL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	source := "kafka." + kk.topic
 	waitFor(t, func() bool {
-		bs, _, err := st.Bindings(context.Background(), "kafka.ups")
+		bs, _, err := st.Bindings(context.Background(), source)
 		if err != nil || len(bs) == 0 || !bs[len(bs)-1].Frontier.Covers(upstream) {
 			return false
 		}
-		sh, err := st.Shard(context.Background(), "ups")
+		sh, err := st.Shard(context.Background(), kk.topic)
 		return err == nil && sh.Upper() > bs[len(bs)-1].Time
 	}, p)
 	p.signal(syscall.SIGTERM)
@@ -142,11 +197,11 @@ func TestKafkaUpsertSIGKILL(t *testing.T) {
 
 	// Every readable binding against the model.
 	ctx := context.Background()
-	bs, _, err := st.Bindings(ctx, "kafka.ups")
+	bs, _, err := st.Bindings(ctx, source)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh, err := st.Shard(ctx, "ups")
+	sh, err := st.Shard(ctx, kk.topic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,29 +210,16 @@ func TestKafkaUpsertSIGKILL(t *testing.T) {
 		if b.Time >= sh.Upper() {
 			break
 		}
-		model := map[string]string{}
-		for _, r := range log {
-			if b.Frontier.Beyond(frontier.Time{Partition: strconv.Itoa(int(r.Partition)), Pos: uint64(r.Offset)}) {
-				if r.Value == nil {
-					delete(model, string(r.Key))
-				} else {
-					model[string(r.Key)] = string(r.Value)
-				}
-			}
-		}
+		model := kk.model(b.Frontier)
 		rec, err := sh.ReadAsOf(ctx, b.Time)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := map[string]string{}
-		keys, vals, diffs := rec.Column(0).(*array.String), rec.Column(1).(*array.String), rec.Column(2).(*array.Int64)
-		for i := 0; i < int(rec.NumRows()); i++ {
-			if diffs.Value(i) != 1 {
-				t.Errorf("binding %d: key %s has multiplicity %d", b.Time, keys.Value(i), diffs.Value(i))
-			}
-			got[keys.Value(i)] = vals.Value(i)
-		}
+		got, multi := kk.read(rec)
 		rec.Release()
+		for _, m := range multi {
+			t.Errorf("binding %d: %s", b.Time, m)
+		}
 		if fmt.Sprint(got) != fmt.Sprint(model) {
 			t.Fatalf("binding %d (%s): store %v, model %v", b.Time, b.Frontier, got, model)
 		}
@@ -186,7 +228,7 @@ func TestKafkaUpsertSIGKILL(t *testing.T) {
 	if last := bs[len(bs)-1].Frontier; !last.Covers(upstream) {
 		t.Errorf("last binding %s does not cover the upstream %s", last, upstream)
 	}
-	t.Logf("%d records, %d bindings checked against the model, %d partition starts past 0", len(log), checked, resumedPast0)
+	t.Logf("%d bindings checked against the model, %d partition starts past 0", checked, resumedPast0)
 	if checked < 5 {
 		t.Errorf("only %d bindings checked", checked)
 	}
