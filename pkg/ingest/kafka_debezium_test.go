@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -91,4 +92,46 @@ func TestKafkaIngestDebezium(t *testing.T) {
 	if err := run.stop(t); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// BenchmarkKafkaIngestDebezium: a topic of 100,000 Debezium change events
+// (the PostgreSQL connector's shape through JsonConverter with schemas,
+// about 2.4 KB each; creates and updates over 10,000 customers, each id
+// always in the same one of 4 partitions) ingested with --envelope
+// debezium, against a raw franz-go consumer that JSON-decodes every key
+// and value (encoding/json into map[string]any), as benchKafkaIngest
+// measures.
+func BenchmarkKafkaIngestDebezium(b *testing.B) {
+	const records, keys, partitions = 100_000, 10_000, 4
+	k := testenv.StartKafka(b)
+	createTopic(b, k.Brokers, "dbz", partitions)
+	cl := producer(b, k.Brokers, kgo.ProducerBatchMaxBytes(1<<20), kgo.MaxBufferedRecords(20_000))
+	tb := testenv.DebeziumCustomers("postgresql")
+	ctx := context.Background()
+	rnd := uint64(1)
+	for i := range records {
+		rnd = rnd*6364136223846793005 + 1442695040888963407
+		id := int((rnd >> 33) % keys)
+		op := "u"
+		if i < keys {
+			id, op = i, "r"
+		}
+		r := testenv.Row{"id": id, "first_name": fmt.Sprint("name ", i), "last_name": "Kretchmar", "email": fmt.Sprintf("%d@noanswer.org", id)}
+		cl.Produce(ctx, &kgo.Record{Topic: "dbz", Partition: int32(id % partitions), Key: tb.KeyOf(r), Value: tb.Event(op, nil, r, int64(i), 1559033904863)},
+			func(_ *kgo.Record, err error) {
+				if err != nil {
+					b.Error(err)
+				}
+			})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	decode := func(r *kgo.Record) {
+		var key, value map[string]any
+		if json.Unmarshal(r.Key, &key) != nil || json.Unmarshal(r.Value, &value) != nil {
+			b.Fatal("raw consumer: a record does not decode")
+		}
+	}
+	benchKafkaIngest(b, k.Brokers, "dbz", records, partitions, decode, KafkaConfig{Envelope: "debezium", KeyFormat: "json", ValueFormat: "json"})
 }

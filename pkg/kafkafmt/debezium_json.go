@@ -312,23 +312,79 @@ func splitConnect(data []byte) (connectJSON, error) {
 
 func isNull(raw []byte) bool { return len(raw) == 0 || string(raw) == "null" }
 
-// DecodeKey implements ChangeFormat for Debezium JSON keys.
-func (jsonFormat) DecodeKey(data []byte, e *RowEncoder) (*RowSchema, error) {
+// lastSchemas holds, for keys [0] and values [1], the schema text last
+// seen and its compilation: a topic's records repeat it, so a record that
+// is {"schema":<it>,"payload":P} (JsonConverter's order) or
+// {"payload":P,"schema":<it>} (keys sorted) is split without scanning the
+// schema again. The payload is then decoded (and so validated) as usual,
+// and a record the shortcut misreads falls back to the full parse.
+var lastSchemas [2]atomic.Pointer[seenSchema]
+
+type seenSchema struct {
+	raw []byte
+	c   *jsonCompiled
+}
+
+// splitSeen splits data as lastSchemas[kind] allows, or returns false.
+func splitSeen(kind int, data []byte) ([]byte, *jsonCompiled, bool) {
+	last := lastSchemas[kind].Load()
+	if last == nil {
+		return nil, nil, false
+	}
+	const sp, pp = `{"schema":`, `,"payload":`
+	const pf, sf = `{"payload":`, `,"schema":`
+	n := len(data)
+	sch := last.raw
+	if n > len(sp)+len(sch)+len(pp) && data[n-1] == '}' && string(data[:len(sp)]) == sp &&
+		bytes.Equal(data[len(sp):len(sp)+len(sch)], sch) && string(data[len(sp)+len(sch):len(sp)+len(sch)+len(pp)]) == pp {
+		return data[len(sp)+len(sch)+len(pp) : n-1], last.c, true
+	}
+	if tail := len(sf) + len(sch) + 1; n > len(pf)+tail && data[n-1] == '}' && string(data[:len(pf)]) == pf &&
+		string(data[n-tail:n-tail+len(sf)]) == sf && bytes.Equal(data[n-tail+len(sf):n-1], sch) {
+		return data[len(pf) : n-tail], last.c, true
+	}
+	return nil, nil, false
+}
+
+// splitFull parses data and compiles its schema, which becomes the last
+// seen of kind.
+func splitFull(kind int, data []byte, compile func(*connectSchema) *jsonCompiled) ([]byte, *jsonCompiled, error) {
 	c, err := splitConnect(data)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	k := compiledSchema('k', c.Schema, compileKey)
-	if k.err != nil {
-		return nil, k.err
+	k := compiledSchema(byte('k'+kind), c.Schema, compile)
+	if k.err == nil {
+		lastSchemas[kind].Store(&seenSchema{raw: bytes.Clone(c.Schema), c: k})
 	}
-	if isNull(c.Payload) {
-		return nil, errors.New("the key's payload is null")
+	return c.Payload, k, k.err
+}
+
+// decodeConnect decodes data's payload with decode, splitting it by the
+// last seen schema when it can.
+func decodeConnect(kind int, data []byte, compile func(*connectSchema) *jsonCompiled, decode func(payload []byte, c *jsonCompiled) error) error {
+	if payload, c, ok := splitSeen(kind, data); ok && decode(payload, c) == nil {
+		return nil
 	}
-	if err := k.after.encode(c.Payload, e); err != nil {
-		return nil, err
+	payload, c, err := splitFull(kind, data, compile)
+	if err != nil {
+		return err
 	}
-	return k.row, nil
+	return decode(payload, c)
+}
+
+// DecodeKey implements ChangeFormat for Debezium JSON keys.
+func (jsonFormat) DecodeKey(data []byte, e *RowEncoder) (*RowSchema, error) {
+	var row *RowSchema
+	err := decodeConnect(0, data, compileKey, func(payload []byte, k *jsonCompiled) error {
+		e.Reset()
+		if isNull(payload) {
+			return errors.New("the key's payload is null")
+		}
+		row = k.row
+		return k.after.encode(payload, e)
+	})
+	return row, err
 }
 
 // debeziumPayload is the part of a change event's payload the envelope
@@ -340,32 +396,29 @@ type debeziumPayload struct {
 
 // DecodeChange implements ChangeFormat for Debezium JSON values.
 func (jsonFormat) DecodeChange(data []byte, e *RowEncoder) (Change, error) {
-	c, err := splitConnect(data)
-	if err != nil {
-		return Change{}, err
-	}
-	s := compiledSchema('v', c.Schema, compileEnvelope)
-	if s.err != nil {
-		return Change{}, s.err
-	}
-	var p debeziumPayload
-	if err := json.Unmarshal(c.Payload, &p); err != nil {
-		return Change{}, fmt.Errorf("payload: %w", err)
-	}
-	if len(p.Op) != 1 {
-		return Change{}, fmt.Errorf("payload: op %q is not a Debezium op (c, r, u, d, t)", p.Op)
-	}
-	ch := Change{Op: p.Op[0], Schema: s.row}
-	if !isNull(p.After) {
-		if s.after == nil {
-			return Change{}, errors.New("payload: an after row, but the schema has no after field")
+	var ch Change
+	err := decodeConnect(1, data, compileEnvelope, func(payload []byte, s *jsonCompiled) error {
+		e.Reset()
+		var p debeziumPayload
+		if err := json.Unmarshal(payload, &p); err != nil {
+			return fmt.Errorf("payload: %w", err)
 		}
-		if err := s.after.encode(p.After, e); err != nil {
-			return Change{}, fmt.Errorf("after: %w", err)
+		if len(p.Op) != 1 {
+			return fmt.Errorf("payload: op %q is not a Debezium op (c, r, u, d, t)", p.Op)
 		}
-		ch.After = true
-	}
-	return ch, nil
+		ch = Change{Op: p.Op[0], Schema: s.row}
+		if !isNull(p.After) {
+			if s.after == nil {
+				return errors.New("payload: an after row, but the schema has no after field")
+			}
+			if err := s.after.encode(p.After, e); err != nil {
+				return fmt.Errorf("after: %w", err)
+			}
+			ch.After = true
+		}
+		return nil
+	})
+	return ch, err
 }
 
 // encode writes the columns of raw, a JSON value of n's schema.

@@ -368,3 +368,34 @@ func TestDebeziumNetting(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDecodeDebezium decodes Debezium JSON change events of the
+// customers table (updates over 1,000 ids), netted, flushing every 10,000.
+func BenchmarkDecodeDebezium(b *testing.B) {
+	tb := testenv.DebeziumCustomers("postgresql")
+	var recs []*kgo.Record
+	for i := range 10_000 {
+		r := testenv.Row{"id": i % 1000, "first_name": fmt.Sprint("name ", i), "last_name": "Kretchmar", "email": "annek@noanswer.org"}
+		recs = append(recs, rec(0, int64(i), tb.KeyOf(r), tb.Event("u", nil, r, int64(i), 1)))
+	}
+	cols, keys, err := DebeziumColumns(jsonFormat{}, jsonFormat{}, recs[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := NewDecoder(Config{Envelope: "debezium", Key: jsonFormat{}, Value: jsonFormat{}, Columns: cols, KeyColumns: keys})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d.(Netting).NetFrom(nil)
+	i := 0
+	for ; b.Loop(); i++ {
+		if err := d.Add(recs[i%len(recs)]); err != nil {
+			b.Fatal(err)
+		}
+		if i%len(recs) == len(recs)-1 {
+			if r := d.Flush(); r != nil { // nil: the cycle repeated the last one's values
+				r.Release()
+			}
+		}
+	}
+}
