@@ -469,7 +469,8 @@ func (d *debeziumDecoder) Add(r *kgo.Record) error {
 	if ch.Schema != nil && ch.Schema != d.lastCols {
 		if !ch.Schema.Equal(d.cols) {
 			return d.decodeErr(r, "the table's columns changed (an ALTER TABLE upstream?): the collection has columns (%s), this record (%s); "+
-				"the debezium envelope keeps one schema per collection: ingest the topic into a new store or --source-id", d.cols, ch.Schema)
+				"the debezium envelope keeps the columns of a topic's first change event: have Debezium snapshot the table into a new topic "+
+				"(a connector with a new topic.prefix) and ingest that one", d.cols, ch.Schema)
 		}
 		d.lastCols = ch.Schema
 	}
@@ -483,7 +484,8 @@ func (d *debeziumDecoder) Add(r *kgo.Record) error {
 	}
 	if ks != d.lastKeys {
 		if !ks.Equal(d.keys) {
-			return d.decodeErr(r, "the key's columns changed: the collection's key is (%s), this record's (%s); ingest the topic into a new store or --source-id", d.keys, ks)
+			return d.decodeErr(r, "the key's columns changed: the collection's key is (%s), this record's (%s); "+
+				"have Debezium snapshot the table into a new topic (a connector with a new topic.prefix) and ingest that one", d.keys, ks)
 		}
 		d.lastKeys = ks
 	}
