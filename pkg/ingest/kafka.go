@@ -116,7 +116,8 @@ func (k *Kafka) Open(ctx context.Context, st *store.Store) ([]Timeline, error) {
 		source := KafkaSourceID(cfg.Source, topic)
 		dcfg := kafkafmt.Config{Envelope: cfg.Envelope, Key: k.keyF, Value: k.valF, Collection: topic, Source: source}
 		if cfg.Envelope == "debezium" {
-			if _, ok := k.valF.(kafkafmt.ChangeFormat); !ok {
+			_, keyOK := k.keyF.(kafkafmt.ChangeFormat)
+			if _, ok := k.valF.(kafkafmt.ChangeFormat); !ok || !keyOK {
 				return nil, hint.Wrap(fmt.Errorf("ingest %s: the debezium envelope needs Debezium keys and values, not --key-format %s --value-format %s", source, k.keyF.Name(), k.valF.Name()),
 					"pass --key-format json --value-format json (Kafka Connect's JsonConverter)")
 			}

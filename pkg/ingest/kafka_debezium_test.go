@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/internal/testenv"
 )
 
@@ -41,6 +42,11 @@ func TestKafkaIngestDebezium(t *testing.T) {
 		event("d", testenv.Row{"id": 1002}, nil), &kgo.Record{Topic: "customers", Key: tb.KeyOf(person(1002, "")), Value: nil})
 	cfg := KafkaConfig{Upstream: k.Upstream(), Topics: []string{"customers"}, Envelope: "debezium", KeyFormat: "json", ValueFormat: "json"}
 	st := openStore(t)
+	bad := cfg
+	bad.KeyFormat = "bytes"
+	if err := Run(context.Background(), NewKafka(bad), st, Options{CompactEvery: -1}); err == nil || !strings.Contains(hint.Of(err), "--key-format json --value-format json") {
+		t.Fatalf("debezium with --key-format bytes: %v (hint %q)", err, hint.Of(err))
+	}
 	run := startIngest(t, st, cfg)
 	at, _ := waitCaughtUp(t, st, k.Brokers, "", "customers", 20*time.Second)
 	sameLines(t, "after the first events", readAt(t, st, "customers", at), []string{

@@ -14,6 +14,8 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/decimal128"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/rtrctl/rtrctl/pkg/pipe"
 )
 
 // The debezium envelope: Debezium change events (before, after, op,
@@ -475,7 +477,8 @@ func (d *debeziumDecoder) Add(r *kgo.Record) error {
 		d.lastCols = ch.Schema
 	}
 	if r.Key == nil {
-		return d.decodeErr(r, "the debezium envelope needs the record key (the table's primary key), the record has a null key")
+		return d.decodeErr(r, "the debezium envelope needs the record key (the table's primary key), the record has a null key "+
+			"(a table without a primary key: set message.key.columns on the Debezium connector)")
 	}
 	d.ke.Reset()
 	ks, err := d.keyF.DecodeKey(r.Key, &d.ke)
@@ -594,6 +597,12 @@ func DebeziumColumns(key, value Format, r *kgo.Record) ([]arrow.Field, []string,
 	ks, err := kf.DecodeKey(r.Key, &e)
 	if err != nil {
 		return nil, nil, fmt.Errorf("debezium columns: key: %w", err)
+	}
+	for _, f := range ch.Schema.Fields {
+		switch f.Name {
+		case pipe.ColTime, pipe.ColDiff, pipe.ColPartition:
+			return nil, nil, fmt.Errorf("debezium columns: the table has a column %s, a name rtrctl reserves; rename it upstream (e.g. with Debezium's column.rename or an SMT)", f.Name)
+		}
 	}
 	var keys []string
 	for _, k := range ks.Fields {

@@ -399,3 +399,15 @@ func BenchmarkDecodeDebezium(b *testing.B) {
 		}
 	}
 }
+
+// TestDebeziumReservedColumn: a table column named like a reserved pipe
+// column is refused with the fix named.
+func TestDebeziumReservedColumn(t *testing.T) {
+	tb := testenv.DebeziumCustomers("mysql")
+	tb.Columns = append(tb.Columns, testenv.DebeziumColumn{Name: "_diff", Schema: map[string]any{"type": "int32", "optional": true}})
+	r := testenv.Row{"id": 1, "first_name": "a", "last_name": "b", "email": "c", "_diff": 3}
+	_, _, err := DebeziumColumns(jsonFormat{}, jsonFormat{}, rec(0, 0, tb.KeyOf(r), tb.Event("c", nil, r, 0, 1)))
+	if err == nil || !strings.Contains(err.Error(), "reserves") {
+		t.Fatalf("a column _diff: %v", err)
+	}
+}
