@@ -312,13 +312,17 @@ func splitConnect(data []byte) (connectJSON, error) {
 
 func isNull(raw []byte) bool { return len(raw) == 0 || string(raw) == "null" }
 
-// lastSchemas holds, for keys [0] and values [1], the schema text last
-// seen and its compilation: a topic's records repeat it, so a record that
-// is {"schema":<it>,"payload":P} (JsonConverter's order) or
+// lastSchemas holds, for keys [0] and values [1], the schema texts last
+// seen (one per topic of an ingest, up to len) and their compilations: a
+// topic's records repeat theirs, so a record that is
+// {"schema":<it>,"payload":P} (JsonConverter's order) or
 // {"payload":P,"schema":<it>} (keys sorted) is split without scanning the
 // schema again. The payload is then decoded (and so validated) as usual,
 // and a record the shortcut misreads falls back to the full parse.
-var lastSchemas [2]atomic.Pointer[seenSchema]
+var lastSchemas [2]struct {
+	seen [8]atomic.Pointer[seenSchema]
+	next atomic.Uint32
+}
 
 type seenSchema struct {
 	raw []byte
@@ -327,21 +331,26 @@ type seenSchema struct {
 
 // splitSeen splits data as lastSchemas[kind] allows, or returns false.
 func splitSeen(kind int, data []byte) ([]byte, *jsonCompiled, bool) {
-	last := lastSchemas[kind].Load()
-	if last == nil {
-		return nil, nil, false
-	}
 	const sp, pp = `{"schema":`, `,"payload":`
 	const pf, sf = `{"payload":`, `,"schema":`
 	n := len(data)
-	sch := last.raw
-	if n > len(sp)+len(sch)+len(pp) && data[n-1] == '}' && string(data[:len(sp)]) == sp &&
-		bytes.Equal(data[len(sp):len(sp)+len(sch)], sch) && string(data[len(sp)+len(sch):len(sp)+len(sch)+len(pp)]) == pp {
-		return data[len(sp)+len(sch)+len(pp) : n-1], last.c, true
+	if n == 0 || data[n-1] != '}' {
+		return nil, nil, false
 	}
-	if tail := len(sf) + len(sch) + 1; n > len(pf)+tail && data[n-1] == '}' && string(data[:len(pf)]) == pf &&
-		string(data[n-tail:n-tail+len(sf)]) == sf && bytes.Equal(data[n-tail+len(sf):n-1], sch) {
-		return data[len(pf) : n-tail], last.c, true
+	for i := range lastSchemas[kind].seen {
+		last := lastSchemas[kind].seen[i].Load()
+		if last == nil {
+			return nil, nil, false
+		}
+		sch := last.raw
+		if n > len(sp)+len(sch)+len(pp) && string(data[:len(sp)]) == sp &&
+			bytes.Equal(data[len(sp):len(sp)+len(sch)], sch) && string(data[len(sp)+len(sch):len(sp)+len(sch)+len(pp)]) == pp {
+			return data[len(sp)+len(sch)+len(pp) : n-1], last.c, true
+		}
+		if tail := len(sf) + len(sch) + 1; n > len(pf)+tail && string(data[:len(pf)]) == pf &&
+			string(data[n-tail:n-tail+len(sf)]) == sf && bytes.Equal(data[n-tail+len(sf):n-1], sch) {
+			return data[len(pf) : n-tail], last.c, true
+		}
 	}
 	return nil, nil, false
 }
@@ -355,7 +364,9 @@ func splitFull(kind int, data []byte, compile func(*connectSchema) *jsonCompiled
 	}
 	k := compiledSchema(byte('k'+kind), c.Schema, compile)
 	if k.err == nil {
-		lastSchemas[kind].Store(&seenSchema{raw: bytes.Clone(c.Schema), c: k})
+		l := &lastSchemas[kind]
+		i := (l.next.Add(1) - 1) % uint32(len(l.seen))
+		l.seen[i].Store(&seenSchema{raw: bytes.Clone(c.Schema), c: k})
 	}
 	return c.Payload, k, k.err
 }

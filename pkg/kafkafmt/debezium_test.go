@@ -1,6 +1,7 @@
 package kafkafmt
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -409,5 +410,42 @@ func TestDebeziumReservedColumn(t *testing.T) {
 	_, _, err := DebeziumColumns(jsonFormat{}, jsonFormat{}, rec(0, 0, tb.KeyOf(r), tb.Event("c", nil, r, 0, 1)))
 	if err == nil || !strings.Contains(err.Error(), "reserves") {
 		t.Fatalf("a column _diff: %v", err)
+	}
+}
+
+// TestDebeziumJSONSplit: records in JsonConverter's field order (schema
+// first) and with keys sorted (payload first) decode alike, the second of
+// a schema through the shortcut (splitSeen); a record that only looks like
+// one to the shortcut (a field after the payload) decodes through the full
+// parse, and a payload that is not JSON is still an error.
+func TestDebeziumJSONSplit(t *testing.T) {
+	tb := testenv.DebeziumCustomers("postgresql")
+	anne := testenv.Row{"id": 1004, "first_name": "Anne", "last_name": "Kretchmar", "email": "annek@noanswer.org"}
+	var sorted map[string]json.RawMessage
+	if err := json.Unmarshal(tb.Event("c", nil, anne, 1, 1), &sorted); err != nil {
+		t.Fatal(err)
+	}
+	schemaFirst := []byte(`{"schema":` + string(sorted["schema"]) + `,"payload":` + string(sorted["payload"]) + `}`)
+	extra := []byte(`{"schema":` + string(sorted["schema"]) + `,"payload":` + string(sorted["payload"]) + `,"extra":{"a":1}}`)
+	broken := []byte(`{"schema":` + string(sorted["schema"]) + `,"payload":{"after": {"id": 1}, "op": "c"` + `}`)
+	key := tb.KeyOf(anne)
+	want := []string{"1004 Anne Kretchmar annek@noanswer.org @0:0 +1"}
+	for _, v := range [][]byte{schemaFirst, schemaFirst, tb.Event("c", nil, anne, 1, 1), tb.Event("c", nil, anne, 1, 1), extra} {
+		d := newDebezium(t, rec(0, 0, key, v))
+		if err := d.Add(rec(0, 0, key, v)); err != nil {
+			t.Fatalf("%.60s...: %v", v, err)
+		}
+		if got := sortedRows(t, d.Flush()); !slices.Equal(got, want) {
+			t.Fatalf("%.60s...: rows %v, want %v", v, got, want)
+		}
+	}
+	for _, v := range [][]byte{schemaFirst, tb.Event("c", nil, anne, 1, 1), extra} {
+		if _, _, ok := splitSeen(1, v); !ok {
+			t.Errorf("%.60s... is not split by the last schemas", v)
+		}
+	}
+	d := newDebezium(t, rec(0, 0, key, schemaFirst))
+	if err := d.Add(rec(0, 5, key, broken)); err == nil || !strings.Contains(err.Error(), "offset 5") {
+		t.Fatalf("a broken payload: %v", err)
 	}
 }
