@@ -287,7 +287,7 @@ echo '| benchmark | ratio metrics (rtrctl time / baseline time) |'
 echo '| --- | --- |'
 grep '^BenchmarkMySQL' "$out/mysql.txt" | awk '{ line = "| " $1 " |"; for (i = 3; i < NF; i++) if ($(i+1) ~ /^x-/) line = line " " $i " " $(i+1); print line " |" }'
 echo
-echo "## Kafka ingest vs a raw franz-go consumer (1M and 4M 100-byte records, in-process kfake)"
+echo "## Kafka ingest vs a raw franz-go consumer (1M and 4M 100-byte records; 100k Debezium JSON events vs a consumer that JSON-decodes them; in-process kfake)"
 echo
 go test ./pkg/ingest -run '^$' -bench 'BenchmarkKafkaIngest$' -benchtime 4x > "$out/kafka-ingest.txt" 2>&1 || { cat "$out/kafka-ingest.txt" >&2; exit 1; }
 echo '| benchmark | records/s | vs raw |'

@@ -44,12 +44,21 @@ func slowKafka(t *testing.T, topic string, lag time.Duration) (*testenv.Kafka, *
 // committed transaction, so every partition ends in a commit marker.
 func produceTxn(t *testing.T, cl *kgo.Client, from, to int) {
 	t.Helper()
+	produceTxnOf(t, cl, from, to, func(i int) *kgo.Record {
+		return &kgo.Record{Key: []byte(strconv.Itoa(i)), Value: []byte(strconv.Itoa(i))}
+	})
+}
+
+// produceTxnOf writes the records of from..to in one committed
+// transaction.
+func produceTxnOf(t *testing.T, cl *kgo.Client, from, to int, record func(i int) *kgo.Record) {
+	t.Helper()
 	ctx := ctxT(t)
 	if err := cl.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
 	for i := from; i <= to; i++ {
-		if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte(strconv.Itoa(i)), Value: []byte(strconv.Itoa(i))}).FirstErr(); err != nil {
+		if err := cl.ProduceSync(ctx, record(i)).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -105,6 +114,13 @@ func waitRecentTime(t *testing.T, dir, source string) uint64 {
 // wait-recent could never return); a plain read right after producing
 // misses the records, a read as of wait-recent's time sees exactly all.
 func TestKafkaRecency(t *testing.T) {
+	kafkaRecency(t, ingest.KafkaConfig{ValueFormat: "text"}, produceTxn)
+}
+
+// kafkaRecency runs the recency seed scenario with ingests of cfg (its
+// upstream and topic set here) and a produce that writes records
+// from..to, each a new row, in one committed transaction.
+func kafkaRecency(t *testing.T, cfg ingest.KafkaConfig, produce func(t *testing.T, cl *kgo.Client, from, to int)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dir, st := recencyStore(t)
@@ -123,7 +139,9 @@ func TestKafkaRecency(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := ingest.Run(ctx, ingest.NewKafka(ingest.KafkaConfig{Upstream: k.Upstream(), Topics: []string{r.name}, ValueFormat: "text"}), st, ingest.Options{})
+			cfg := cfg
+			cfg.Upstream, cfg.Topics = k.Upstream(), []string{r.name}
+			err := ingest.Run(ctx, ingest.NewKafka(cfg), st, ingest.Options{})
 			if err != nil && ctx.Err() == nil {
 				t.Errorf("ingest %s: %v", r.name, err)
 			}
@@ -133,7 +151,7 @@ func TestKafkaRecency(t *testing.T) {
 
 	waitRecent := func(r *topicRun) uint64 { return waitRecentTime(t, dir, "kafka."+r.name) }
 	for _, r := range runs { // warm up: the ingest is up and bound
-		produceTxn(t, r.cl, 1, 2)
+		produce(t, r.cl, 1, 2)
 		r.n = 2
 		if got := countRows(t, dir, r.name, waitRecent(r)); got != r.n {
 			t.Fatalf("%s warm-up: %d rows, want %d", r.name, got, r.n)
@@ -141,7 +159,7 @@ func TestKafkaRecency(t *testing.T) {
 	}
 	for round := range 5 {
 		for _, r := range runs {
-			produceTxn(t, r.cl, r.n+1, r.n+4)
+			produce(t, r.cl, r.n+1, r.n+4)
 			r.n += 4
 			// A fetch that was already under way when the records landed
 			// can deliver them at once, so a plain read may rarely see

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -45,16 +46,13 @@ func kafkaTestTopic(t *testing.T, brokers []string, topic string, partitions int
 var consumeLine = regexp.MustCompile(`kafka consume.* topic=(\S+) partition=(\d+) from=(\d+)`)
 var resumeLine = regexp.MustCompile(`msg=resume .*from=(\S*) durable_upper`)
 
-// stateLine is the upsert state's outcome at a start: created, reused,
-// caught up or rebuilt.
 var stateLine = regexp.MustCompile(`msg="upsert state (created|reused|caught up|rebuilt)"`)
 
 // TestKafkaUpsertSIGKILL: an upsert ingest (a separate rtrctl process) is
 // SIGKILLed at random moments while a producer writes random puts and
-// deletes over a small key space, and restarted. At every readable binding
-// time the store equals the model (the records below the binding's
-// frontier, applied in offset order); every restart resumes from the
-// store's durable frontier, not from the topic's beginning.
+// deletes over a small key space, and restarted (kafkaSIGKILL), with no
+// room for a state cache: every restart reuses or catches up the state
+// on disk.
 func TestKafkaUpsertSIGKILL(t *testing.T) {
 	text := func(s string) ([]byte, string) { return []byte(s), s }
 	upsertSIGKILL(t, upsertCodec{args: []string{"--key-format", "text", "--value-format", "text"}, key: text, value: text})
@@ -72,51 +70,129 @@ type upsertCodec struct {
 // returns the store's directory.
 func upsertSIGKILL(t *testing.T, c upsertCodec) string {
 	k := testenv.StartKafka(t)
-	brokers := strings.Join(k.Brokers, ",")
 	cl := kafkaTestTopic(t, k.Brokers, "ups", 3)
-	dir := t.TempDir()
 	rnd := rand.New(rand.NewSource(7))
 	var log []*kgo.Record
 	shown := map[*kgo.Record][2]string{}
-	produceSome := func(n int) {
-		for i := 0; i < n; i++ {
-			key := fmt.Sprintf("key%02d", rnd.Intn(12))
-			h := fnv.New32a()
-			h.Write([]byte(key))
-			kb, ks := c.key(key)
-			r := &kgo.Record{Topic: "ups", Partition: int32(h.Sum32() % 3), Key: kb}
-			show := [2]string{ks}
-			if rnd.Intn(5) != 0 {
-				r.Value, show[1] = c.value(fmt.Sprintf("v%d", len(log)))
-			}
-			shown[r] = show
-			if err := cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-			log = append(log, r)
-		}
-	}
-	args := append([]string{"ingest", "--source", "kafka", "--brokers", brokers, "--topics", "ups", "--envelope", "upsert",
-		"--store", dir, "--interval", "20ms", "--compact-every", "0",
+	var outcomes []string
+	dir := kafkaSIGKILL(t, rnd, kafkaKill{
+		brokers: strings.Join(k.Brokers, ","), topic: "ups",
 		// No room for a cache: every batch drops each key whose change
 		// is folded into the state on disk, and lookups go there.
-		"--state-cache", "1"}, c.args...)
-	var outcomes []string
+		args: append([]string{"--envelope", "upsert", "--state-cache", "1"}, c.args...),
+		produce: func(n int) {
+			for i := 0; i < n; i++ {
+				key := fmt.Sprintf("key%02d", rnd.Intn(12))
+				h := fnv.New32a()
+				h.Write([]byte(key))
+				kb, ks := c.key(key)
+				r := &kgo.Record{Topic: "ups", Partition: int32(h.Sum32() % 3), Key: kb}
+				show := [2]string{ks}
+				if rnd.Intn(5) != 0 {
+					r.Value, show[1] = c.value(fmt.Sprintf("v%d", len(log)))
+				}
+				shown[r] = show
+				if err := cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+				log = append(log, r)
+			}
+		},
+		model: func(f frontier.Frontier) map[string]string {
+			model := map[string]string{}
+			for _, r := range log {
+				if f.Beyond(frontier.Time{Partition: strconv.Itoa(int(r.Partition)), Pos: uint64(r.Offset)}) {
+					if r.Value == nil {
+						delete(model, shown[r][0])
+					} else {
+						model[shown[r][0]] = shown[r][1]
+					}
+				}
+			}
+			return model
+		},
+		read: func(rec arrow.Record) (map[string]string, []string) {
+			got := map[string]string{}
+			var multi []string
+			keys, vals, diffs := rec.Column(0), rec.Column(1), rec.Column(2).(*array.Int64)
+			for i := 0; i < int(rec.NumRows()); i++ {
+				if diffs.Value(i) != 1 {
+					multi = append(multi, fmt.Sprintf("key %s has multiplicity %d", keys.ValueStr(i), diffs.Value(i)))
+				}
+				got[keys.ValueStr(i)] = vals.ValueStr(i)
+			}
+			return got, multi
+		},
+		killed: func(stderr string) {
+			if m := stateLine.FindStringSubmatch(stderr); m != nil {
+				outcomes = append(outcomes, m[1])
+			}
+		},
+		last: func(stderr string) {
+			if m := stateLine.FindStringSubmatch(stderr); m == nil || m[1] != "reused" && m[1] != "caught up" {
+				t.Errorf("the last run did not reuse its state on disk:\n%s", stderr)
+			}
+		},
+	})
+	reused := 0
+	for _, o := range outcomes {
+		if o == "reused" || o == "caught up" {
+			reused++
+		}
+	}
+	if reused == 0 {
+		t.Errorf("the state was reused after %d of %d kills: %v", reused, len(outcomes), outcomes)
+	}
+	t.Logf("%d records; upsert state at the starts: %v", len(log), outcomes)
+	return dir
+}
+
+// kafkaKill is a topic whose ingest kafkaSIGKILL kills.
+type kafkaKill struct {
+	brokers, topic string
+	// args are the ingest's envelope and format flags.
+	args []string
+	// produce writes n more records to the topic.
+	produce func(n int)
+	// model is the collection as of the records below f, each row
+	// rendered as a string by its key.
+	model func(f frontier.Frontier) map[string]string
+	// read renders a store read as model does, and says which rows do
+	// not have multiplicity 1.
+	read func(rec arrow.Record) (map[string]string, []string)
+	// killed, when set, gets the stderr of each killed run; last gets the
+	// last run's (default: it must have rebuilt its state from the store).
+	killed, last func(stderr string)
+}
+
+// kafkaSIGKILL runs the ingest of kk.topic as a separate rtrctl process,
+// SIGKILLed 5 times at random moments while kk.produce writes, and
+// restarted; a last run catches up and stops. At every readable binding
+// time the store equals kk.model (the records below the binding's
+// frontier, applied in offset order); every restart resumes from the
+// store's durable frontier, not from the topic's beginning, and the last
+// run rebuilt its state from the store (or passes kk.last). It returns
+// the store's directory.
+func kafkaSIGKILL(t *testing.T, rnd *rand.Rand, kk kafkaKill) string {
+	t.Helper()
+	dir := t.TempDir()
+	args := append([]string{"ingest", "--source", "kafka", "--brokers", kk.brokers, "--topics", kk.topic}, kk.args...)
+	args = append(args, "--store", dir, "--interval", "20ms", "--compact-every", "0")
 	resumedPast0 := 0
 	for round := 0; round < 5; round++ {
 		p := startProc(t, nil, args...)
 		// Produce while it runs, then kill it at a random moment.
 		deadline := time.Now().Add(time.Duration(150+rnd.Intn(300)) * time.Millisecond)
 		for time.Now().Before(deadline) {
-			produceSome(5)
+			kk.produce(5)
 			time.Sleep(time.Duration(rnd.Intn(15)) * time.Millisecond)
 		}
 		waitFor(t, func() bool { return consumeLine.MatchString(string(p.stderr.bytes())) }, p)
 		p.kill(t)
 		// Where did it start? The resume frontier, partition by partition.
 		out := string(p.stderr.bytes())
-		if m := stateLine.FindStringSubmatch(out); m != nil {
-			outcomes = append(outcomes, m[1])
+		if kk.killed != nil {
+			kk.killed(out)
 		}
 		m := resumeLine.FindStringSubmatch(out)
 		if m == nil {
@@ -140,13 +216,13 @@ func upsertSIGKILL(t *testing.T, c upsertCodec) string {
 		t.Fatal("no restart resumed past offset 0")
 	}
 	// A last run catches up and stops cleanly.
-	produceSome(20)
+	kk.produce(20)
 	p := startProc(t, nil, args...)
 	st, err := store.Open(context.Background(), dir, store.Options{MustExist: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, errOut, code := runCLI(t, "", "frontier", "--source", "kafka", "--brokers", brokers, "--topic", "ups")
+	out, errOut, code := runCLI(t, "", "frontier", "--source", "kafka", "--brokers", kk.brokers, "--topic", kk.topic)
 	if code != 0 {
 		t.Fatalf("frontier: %d %s", code, errOut)
 	}
@@ -154,41 +230,32 @@ func upsertSIGKILL(t *testing.T, c upsertCodec) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	source := "kafka." + kk.topic
 	waitFor(t, func() bool {
-		bs, _, err := st.Bindings(context.Background(), "kafka.ups")
+		bs, _, err := st.Bindings(context.Background(), source)
 		if err != nil || len(bs) == 0 || !bs[len(bs)-1].Frontier.Covers(upstream) {
 			return false
 		}
-		sh, err := st.Shard(context.Background(), "ups")
+		sh, err := st.Shard(context.Background(), kk.topic)
 		return err == nil && sh.Upper() > bs[len(bs)-1].Time
 	}, p)
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(t, 20*time.Second); code != 0 {
 		t.Fatalf("ingest exited %d:\n%s", code, string(p.stderr.bytes()))
 	}
-	// The state on disk survives the kills: restarts reuse it or catch it
-	// up from the store instead of reading the whole collection again.
-	m := stateLine.FindStringSubmatch(string(p.stderr.bytes()))
-	if m == nil || m[1] != "reused" && m[1] != "caught up" {
-		t.Errorf("the last run did not reuse its state:\n%s", string(p.stderr.bytes()))
-	}
-	reused := 0
-	for _, o := range outcomes {
-		if o == "reused" || o == "caught up" {
-			reused++
-		}
-	}
-	if reused == 0 {
-		t.Errorf("the state was reused after %d of %d kills: %v", reused, len(outcomes), outcomes)
+	if kk.last != nil {
+		kk.last(string(p.stderr.bytes()))
+	} else if !strings.Contains(string(p.stderr.bytes()), "upsert state rebuilt from the store") {
+		t.Errorf("the last run did not rebuild its state from the store:\n%s", string(p.stderr.bytes()))
 	}
 
 	// Every readable binding against the model.
 	ctx := context.Background()
-	bs, _, err := st.Bindings(ctx, "kafka.ups")
+	bs, _, err := st.Bindings(ctx, source)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh, err := st.Shard(ctx, "ups")
+	sh, err := st.Shard(ctx, kk.topic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,29 +264,16 @@ func upsertSIGKILL(t *testing.T, c upsertCodec) string {
 		if b.Time >= sh.Upper() {
 			break
 		}
-		model := map[string]string{}
-		for _, r := range log {
-			if b.Frontier.Beyond(frontier.Time{Partition: strconv.Itoa(int(r.Partition)), Pos: uint64(r.Offset)}) {
-				if r.Value == nil {
-					delete(model, shown[r][0])
-				} else {
-					model[shown[r][0]] = shown[r][1]
-				}
-			}
-		}
+		model := kk.model(b.Frontier)
 		rec, err := sh.ReadAsOf(ctx, b.Time)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := map[string]string{}
-		keys, vals, diffs := rec.Column(0), rec.Column(1), rec.Column(2).(*array.Int64)
-		for i := 0; i < int(rec.NumRows()); i++ {
-			if diffs.Value(i) != 1 {
-				t.Errorf("binding %d: key %s has multiplicity %d", b.Time, keys.ValueStr(i), diffs.Value(i))
-			}
-			got[keys.ValueStr(i)] = vals.ValueStr(i)
-		}
+		got, multi := kk.read(rec)
 		rec.Release()
+		for _, m := range multi {
+			t.Errorf("binding %d: %s", b.Time, m)
+		}
 		if fmt.Sprint(got) != fmt.Sprint(model) {
 			t.Fatalf("binding %d (%s): store %v, model %v", b.Time, b.Frontier, got, model)
 		}
@@ -228,7 +282,7 @@ func upsertSIGKILL(t *testing.T, c upsertCodec) string {
 	if last := bs[len(bs)-1].Frontier; !last.Covers(upstream) {
 		t.Errorf("last binding %s does not cover the upstream %s", last, upstream)
 	}
-	t.Logf("%d records, %d bindings checked against the model, %d partition starts past 0; upsert state at the starts: %v", len(log), checked, resumedPast0, outcomes)
+	t.Logf("%d bindings checked against the model, %d partition starts past 0", checked, resumedPast0)
 	if checked < 5 {
 		t.Errorf("only %d bindings checked", checked)
 	}

@@ -28,7 +28,7 @@ import (
 func init() {
 	formats := func(cmd string) []cli.Flag {
 		return []cli.Flag{
-			&cli.StringFlag{Name: "envelope", Value: "none", Usage: "kafka: none (append-only) or upsert (one row per key)"},
+			&cli.StringFlag{Name: "envelope", Value: "none", Usage: "kafka: none (append-only), upsert (one row per key) or debezium (Debezium change events: the after row per record key; needs --key-format json --value-format json)"},
 			&cli.StringFlag{Name: "key-format", Value: "bytes", Usage: "kafka: bytes, text, json or avro (with --schema-registry; subject <topic>-key)"},
 			&cli.StringFlag{Name: "value-format", Value: "bytes", Usage: "kafka: bytes, text, json or avro (with --schema-registry; subject <topic>-value)"},
 			&cli.IntFlag{Name: "max-record-bytes", Value: replicate.DefaultMaxRecordBytes, Usage: "kafka: largest record (key+value+headers) accepted"},
@@ -70,9 +70,9 @@ func init() {
 		ingest: func(c *cli.Context, u sourceUpstream) (ingest.Source, error) {
 			ku := u.(kafkaUpstream)
 			switch env := c.String("envelope"); env {
-			case "none", "upsert":
+			case "none", "upsert", "debezium":
 			default:
-				return nil, usagef("use --envelope none or --envelope upsert", "bad --envelope %q", env)
+				return nil, usagef("use --envelope none, upsert or debezium", "bad --envelope %q", env)
 			}
 			fc, err := kafkaFormatConfig(c)
 			if err != nil {
@@ -303,10 +303,13 @@ func replicateKafkaAction(c *cli.Context, u sourceUpstream) error {
 	if source == "" {
 		source = ingest.KafkaSourceID("", topic)
 	}
+	if c.String("envelope") == "debezium" {
+		return usagef("ingest the topic with rtrctl ingest --envelope debezium (its columns come from the topic's first change event)", "rtrctl replicate does not take --envelope debezium")
+	}
 	dec, err := kafkafmt.NewDecoder(kafkafmt.Config{Envelope: c.String("envelope"), Key: keyF, Value: valF, Collection: topic, Source: source,
 		OnDecodeError: fc.OnDecodeError})
 	if err != nil {
-		return usagef("use --envelope none or --envelope upsert", "bad --envelope %q", c.String("envelope"))
+		return usagef("use --envelope none or upsert", "bad --envelope %q", c.String("envelope"))
 	}
 	defer dec.Release()
 	kcfg := replicate.KafkaConfig{

@@ -632,7 +632,9 @@ func BenchmarkKafkaIngest(b *testing.B) {
 	}{{"1M", 1_000_000}, {"4M", 4_000_000}} {
 		topic := "bench" + size.name
 		produceBench(b, k.Brokers, topic, size.records, keys, partitions)
-		b.Run(size.name, func(b *testing.B) { benchKafkaIngest(b, k.Brokers, topic, size.records, partitions) })
+		b.Run(size.name, func(b *testing.B) {
+			benchKafkaIngest(b, k.Brokers, topic, size.records, partitions, nil, KafkaConfig{Envelope: "none"}, KafkaConfig{Envelope: "upsert"})
+		})
 	}
 }
 
@@ -690,7 +692,10 @@ func produceBench(b *testing.B, brokers []string, topic string, records, keys, p
 	}
 }
 
-func benchKafkaIngest(b *testing.B, brokers []string, topic string, records, partitions int) {
+// benchKafkaIngest measures a raw franz-go consumer (read_committed) that
+// calls decode on each record (nil: only counts them), then an ingest of
+// each of cfgs (their envelope names the sub-benchmark), against it.
+func benchKafkaIngest(b *testing.B, brokers []string, topic string, records, partitions int, decode func(*kgo.Record), cfgs ...KafkaConfig) {
 	ctx := context.Background()
 	var rates = map[string]float64{}
 	// Each rate is over all iterations of its sub-benchmark.
@@ -712,7 +717,13 @@ func benchKafkaIngest(b *testing.B, brokers []string, topic string, records, par
 			got := 0
 			for got < records {
 				fs := c.PollFetches(ctx)
-				fs.EachRecord(func(r *kgo.Record) { got++; bytes += len(r.Key) + len(r.Value) })
+				fs.EachRecord(func(r *kgo.Record) {
+					got++
+					bytes += len(r.Key) + len(r.Value)
+					if decode != nil {
+						decode(r)
+					}
+				})
 			}
 			took += time.Since(start)
 			n += got
@@ -721,13 +732,15 @@ func benchKafkaIngest(b *testing.B, brokers []string, topic string, records, par
 		rates["raw"] = float64(n) / took.Seconds()
 		b.ReportMetric(rates["raw"], "records/s")
 	})
-	for _, env := range []string{"none", "upsert"} {
+	for _, cfg := range cfgs {
+		env := cfg.Envelope
 		b.Run(env, func(b *testing.B) {
 			var took time.Duration
 			for i := 0; i < b.N; i++ {
 				st := openStore(b)
 				start := time.Now()
-				run := startIngest(b, st, KafkaConfig{Upstream: upstream.ParseKafka(strings.Join(brokers, ",")), Topics: []string{topic}, Envelope: env, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, Options{Interval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+				cfg.Upstream, cfg.Topics, cfg.Logger = upstream.ParseKafka(strings.Join(brokers, ",")), []string{topic}, slog.New(slog.NewTextHandler(io.Discard, nil))
+				run := startIngest(b, st, cfg, Options{Interval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 				waitCaughtUp(b, st, brokers, "", topic, 5*time.Minute)
 				took += time.Since(start)
 				if err := run.stop(b); err != nil {

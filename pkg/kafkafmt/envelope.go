@@ -16,11 +16,11 @@ import (
 )
 
 // Envelopes lists the envelope names NewDecoder accepts.
-var Envelopes = []string{"none", "upsert"}
+var Envelopes = []string{"none", "upsert", "debezium"}
 
 // Config configures a Decoder.
 type Config struct {
-	// Envelope is "none" (the default) or "upsert".
+	// Envelope is "none" (the default), "upsert" or "debezium".
 	Envelope string
 	// Key and Value decode the record's key and value; nil means bytes.
 	Key, Value Format
@@ -33,6 +33,11 @@ type Config struct {
 	// DecodeErrors, when set, is called with every record that does not
 	// decode and the policy applied to it (for a metric and a log line).
 	DecodeErrors func(err *DecodeError, policy string)
+	// Columns and KeyColumns are a debezium collection's columns and key
+	// columns (DebeziumColumns of its first record, or the collection's
+	// schema in the store); the other envelopes ignore them.
+	Columns    []arrow.Field
+	KeyColumns []string
 }
 
 // DecodeError says that a record's bytes do not decode. It is definite:
@@ -161,9 +166,13 @@ func newEnvelope(cfg Config) (Decoder, error) {
 			{Name: "key", Type: cfg.Key.Type(), Nullable: true},
 			{Name: "value", Type: cfg.Value.Type(), Nullable: true},
 		}
-		return &upsertDecoder{base: newBase(cfg, fields, []string{"key"}), state: newStateTable(), gen: 1}, nil
+		d := &upsertDecoder{base: newBase(cfg, fields, []string{"key"}), state: newStateTable(), gen: 1}
+		d.out = kvRows{&d.base}
+		return d, nil
+	case "debezium":
+		return newDebeziumDecoder(cfg)
 	}
-	return nil, fmt.Errorf("new decoder: unknown envelope %q (want none or upsert)", cfg.Envelope)
+	return nil, fmt.Errorf("new decoder: unknown envelope %q (want none, upsert or debezium)", cfg.Envelope)
 }
 
 // base holds the columns shared by the envelopes: the key and value
@@ -290,9 +299,13 @@ func (d *noneDecoder) Flush() arrow.Record {
 		d.kc.Finish(), d.vc.Finish(), d.ts.finish(timestampMillis), d.hk.finish(), d.hv.finish())
 }
 
-// upsertDecoder is the upsert envelope: one row per key.
+// upsertDecoder is the upsert envelope: one row per key. The debezium
+// envelope is one too, with other rows (out).
 type upsertDecoder struct {
 	base
+	// out writes the rows of (key, value) pairs: kvRows for the upsert
+	// envelope, the columns of a Debezium row for debezium.
+	out upsertRows
 	// state maps key bytes to the key's entry (stateTable): its current
 	// value and whether it is live. Only live keys are held, except that
 	// in net mode a key deleted in the batch stays until emitNet.
@@ -354,9 +367,16 @@ func (d *upsertDecoder) Add(r *kgo.Record) error {
 	if err := d.check(r); err != nil {
 		return err
 	}
+	return d.put(r.Partition, r.Offset, r.Key, r.Value)
+}
+
+// put makes value the current value of key at (part, off); a nil value
+// deletes the key. key and value must stay unchanged until the next
+// Flush.
+func (d *upsertDecoder) put(part int32, off int64, key, value []byte) error {
 	if d.net {
-		if from, ok := d.netFrom[r.Partition]; !ok || r.Offset >= from {
-			d.queue = append(d.queue, queued{key: r.Key, value: r.Value, part: r.Partition, off: r.Offset})
+		if from, ok := d.netFrom[part]; !ok || off >= from {
+			d.queue = append(d.queue, queued{key: key, value: value, part: part, off: off})
 			if len(d.queue) == probeBatch {
 				return d.drain()
 			}
@@ -365,37 +385,62 @@ func (d *upsertDecoder) Add(r *kgo.Record) error {
 		// A record not netted: the netted ones before it come first.
 		d.emitNet()
 	}
-	h := d.state.hash(r.Key)
-	id, in, err := d.lookup(r.Key, h)
+	h := d.state.hash(key)
+	id, in, err := d.lookup(key, h)
 	if err != nil {
 		return err
 	}
 	ok := in && d.state.live(id)
 	switch {
-	case r.Value == nil: // tombstone
+	case value == nil: // tombstone
 		if ok {
-			d.row(r, r.Key, d.state.value(id), -1)
+			d.row(part, off, key, d.state.value(id), -1)
 			d.state.setLive(id, false)
-			d.state.setPos(id, r.Partition, r.Offset)
+			d.state.setPos(id, part, off)
 			d.forget(id)
 			d.live--
 		}
 	case !ok:
-		d.row(r, r.Key, r.Value, 1)
+		d.row(part, off, key, value, 1)
 		if !in {
-			id = d.state.add(r.Key, h, len(r.Value))
+			id = d.state.add(key, h, len(value))
 		}
-		d.state.setValue(id, r.Value)
+		d.state.setValue(id, value)
 		d.state.setLive(id, true)
-		d.state.setPos(id, r.Partition, r.Offset)
+		d.state.setPos(id, part, off)
 		d.live++
-	case bytes.Equal(d.state.value(id), r.Value):
+	case bytes.Equal(d.state.value(id), value):
 		// Same value again: the retraction and insertion cancel.
 	default:
-		d.row(r, r.Key, d.state.value(id), -1)
-		d.row(r, r.Key, r.Value, 1)
-		d.state.setValue(id, r.Value) // the rows hold copies
-		d.state.setPos(id, r.Partition, r.Offset)
+		d.row(part, off, key, d.state.value(id), -1)
+		d.row(part, off, key, value, 1)
+		d.state.setValue(id, value) // the rows hold copies
+		d.state.setPos(id, part, off)
+	}
+	return nil
+}
+
+// deleteAll deletes every key at (part, off) (a Debezium truncate), as
+// put with a nil value for each would. It needs every key in the table:
+// a decoder with a backing refuses it (ingest gives the debezium envelope
+// none).
+func (d *upsertDecoder) deleteAll(part int32, off int64) error {
+	if d.backing != nil {
+		return fmt.Errorf("a truncate needs the whole state in memory, and the state is on disk")
+	}
+	if err := d.drain(); err != nil {
+		return err
+	}
+	var keys [][]byte
+	d.state.each(func(id uint32) {
+		if d.state.live(id) {
+			keys = append(keys, bytes.Clone(d.state.key(id)))
+		}
+	})
+	for _, k := range keys {
+		if err := d.put(part, off, k, nil); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -487,7 +532,7 @@ func (d *upsertDecoder) Flush() arrow.Record {
 	if d.rows == 0 {
 		return nil
 	}
-	return d.flush(d.kc.Finish(), d.vc.Finish())
+	return d.flush(d.out.finish()...)
 }
 
 // emitNet appends the net rows of the keys touched in net mode since the
@@ -529,16 +574,57 @@ func (d *upsertDecoder) emitNet() {
 }
 
 func (d *upsertDecoder) netRow(id uint32, value []byte, diff int64) {
-	d.kc.Append(d.state.key(id))
-	d.vc.Append(value)
+	d.out.append(d.state.key(id), value)
 	part, off := d.state.pos(id)
 	d.reservedAt(part, off, diff)
 }
 
-func (d *upsertDecoder) row(r *kgo.Record, key, value []byte, diff int64) {
-	d.kc.Append(key)
-	d.vc.Append(value)
-	d.reservedAt(r.Partition, r.Offset, diff)
+func (d *upsertDecoder) row(part int32, off int64, key, value []byte, diff int64) {
+	d.out.append(key, value)
+	d.reservedAt(part, off, diff)
+}
+
+// upsertRows writes the rows of an upsert decoder and reads them back.
+type upsertRows interface {
+	// append appends the row of key and value (both non-nil).
+	append(key, value []byte)
+	// finish returns the user columns of the rows appended since the
+	// last finish.
+	finish() []arrow.Array
+	// stateOf returns the key and value bytes of the rows of rec, a batch
+	// of the collection (AddState); they are only compared or copied.
+	stateOf(rec arrow.Record) (func(i int) (k, v []byte, err error), error)
+}
+
+// kvRows are the upsert envelope's rows: columns key and value, the
+// bytes as the formats decode them.
+type kvRows struct{ d *base }
+
+func (o kvRows) append(key, value []byte) {
+	o.d.kc.Append(key)
+	o.d.vc.Append(value)
+}
+
+func (o kvRows) finish() []arrow.Array { return []arrow.Array{o.d.kc.Finish(), o.d.vc.Finish()} }
+
+func (o kvRows) stateOf(rec arrow.Record) (func(i int) (k, v []byte, err error), error) {
+	s := rec.Schema()
+	ki, vi := s.FieldIndices("key"), s.FieldIndices("value")
+	if len(ki) != 1 || len(vi) != 1 {
+		return nil, fmt.Errorf("want columns key, value, _diff, got %v", s)
+	}
+	keys, vals := rec.Column(ki[0]), rec.Column(vi[0])
+	return func(i int) ([]byte, []byte, error) {
+		if keys.IsNull(i) || vals.IsNull(i) {
+			return nil, nil, fmt.Errorf("row %d has a null key or value, which the upsert envelope never writes", i)
+		}
+		k, err := rawView(o.d.cfg.Key, keys, i)
+		if err != nil {
+			return nil, nil, err
+		}
+		v, err := rawView(o.d.cfg.Value, vals, i)
+		return k, v, err
+	}, nil
 }
 
 // StateSize implements Stateful.

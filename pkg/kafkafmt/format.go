@@ -25,7 +25,9 @@
 //     current row and inserts its value at the record's offset, and a null
 //     value (a tombstone) deletes the key. The decoder keeps the current
 //     value of every key (its state), which can be rebuilt from the store
-//     (Stateful) instead of re-reading the topic.
+//     (Stateful) instead of re-reading the topic;
+//   - debezium: Debezium change events, an upsert of the after row by the
+//     record key, over formats that implement ChangeFormat (debezium.go).
 //
 // Envelopes use formats only through the Format interface, so a new format
 // (Avro with a schema registry, say) needs no change here.

@@ -145,27 +145,23 @@ func (d *upsertDecoder) evict() {
 // backed decoder's cache evictions).
 func (d *upsertDecoder) Evicted() int { return d.evicted }
 
-// StateRows implements Backed.
+// StateRows implements Backed: the rows as the envelope writes them
+// (upsertRows.stateOf).
 func (d *upsertDecoder) StateRows(rec arrow.Record, fn func(key, value []byte, diff int64) error) error {
-	s := rec.Schema()
-	ki, vi, di := s.FieldIndices("key"), s.FieldIndices("value"), s.FieldIndices(pipe.ColDiff)
-	if len(ki) != 1 || len(vi) != 1 || len(di) != 1 {
-		return fmt.Errorf("upsert state rows: want columns key, value, _diff, got %v", s)
+	di := rec.Schema().FieldIndices(pipe.ColDiff)
+	if len(di) != 1 {
+		return fmt.Errorf("upsert state rows: no column %s in %v", pipe.ColDiff, rec.Schema())
 	}
-	keys, vals := rec.Column(ki[0]), rec.Column(vi[0])
 	diffs, ok := rec.Column(di[0]).(*array.Int64)
 	if !ok {
 		return fmt.Errorf("upsert state rows: _diff is %s, want int64", rec.Column(di[0]).DataType())
 	}
+	row, err := d.out.stateOf(rec)
+	if err != nil {
+		return fmt.Errorf("upsert state rows: %w", err)
+	}
 	for i := 0; i < int(rec.NumRows()); i++ {
-		if keys.IsNull(i) || vals.IsNull(i) {
-			return fmt.Errorf("upsert state rows: row %d has a null key or value, which the upsert envelope never writes", i)
-		}
-		k, err := rawView(d.cfg.Key, keys, i)
-		if err != nil {
-			return fmt.Errorf("upsert state rows: %w", err)
-		}
-		v, err := rawView(d.cfg.Value, vals, i)
+		k, v, err := row(i)
 		if err != nil {
 			return fmt.Errorf("upsert state rows: %w", err)
 		}
