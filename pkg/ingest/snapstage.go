@@ -61,7 +61,7 @@ type snapStager struct {
 	stages  map[string]*store.Stage
 	chunks  map[snapshot.ChunkRef]*chunkBuf
 	held    int64
-	tables  map[string]*tableProgress
+	tables  map[string]*TableProgress
 	began   time.Time
 	lastLog time.Time
 }
@@ -74,16 +74,34 @@ type chunkBuf struct {
 	runs  [][]store.BatchMeta
 }
 
-// tableProgress is how far a table's copy got.
-type tableProgress struct {
-	Name          string `json:"name"`
-	Rows          int64  `json:"rows"`
-	Bytes         int64  `json:"bytes"`
-	ResumedRows   int64  `json:"resumed_rows,omitempty"`
-	EstimatedRows int64  `json:"estimated_rows,omitempty"`
-	Chunks        int    `json:"chunks"`
-	ChunksDone    int    `json:"chunks_done"`
-	copiedRows    int64  // this attempt
+// TableProgress is how far a table's copy got.
+type TableProgress struct {
+	Name string `json:"name"`
+	// Rows and Bytes (of Arrow data) copied so far, those of chunks an
+	// earlier attempt finished (ResumedRows) included.
+	Rows        int64 `json:"rows"`
+	Bytes       int64 `json:"bytes"`
+	ResumedRows int64 `json:"resumed_rows,omitempty"`
+	// EstimatedRows is pg_class.reltuples when the snapshot was planned
+	// (0: unknown).
+	EstimatedRows int64 `json:"estimated_rows,omitempty"`
+	Chunks        int   `json:"chunks"`
+	ChunksDone    int   `json:"chunks_done"`
+	// RowsPerSecond is this attempt's copy rate; ETASeconds the time left
+	// at that rate, when the estimate says (omitted otherwise).
+	RowsPerSecond int64    `json:"rows_per_s"`
+	ETASeconds    *float64 `json:"eta_s,omitempty"`
+	copiedRows    int64    // this attempt
+}
+
+// rate sets RowsPerSecond and ETASeconds for elapsed time copying.
+func (tp *TableProgress) rate(elapsed time.Duration) {
+	r := float64(tp.copiedRows) / max(elapsed.Seconds(), 1e-3)
+	tp.RowsPerSecond, tp.ETASeconds = int64(r), nil
+	if left := tp.EstimatedRows - tp.Rows; tp.EstimatedRows > 0 && r > 0 && tp.ChunksDone < tp.Chunks {
+		eta := float64(max(left, 0)) / r
+		tp.ETASeconds = &eta
+	}
 }
 
 // SnapshotProgress is the progress report a running ingest's snapshot
@@ -95,7 +113,7 @@ type SnapshotProgress struct {
 	Started time.Time        `json:"started"`
 	Updated time.Time        `json:"updated"`
 	Phase   string           `json:"phase"` // copy, rewind or commit
-	Tables  []*tableProgress `json:"tables"`
+	Tables  []*TableProgress `json:"tables"`
 }
 
 // ReadSnapshotProgress returns the latest progress report of source's
@@ -156,14 +174,14 @@ func (s *snapStager) begin(p *snapshot.Plan, kept bool) error {
 	// whose files are gone (its stage was committed or dropped) is copied
 	// again.
 	keep := map[string]bool{}
-	s.stages, s.chunks, s.tables = map[string]*store.Stage{}, map[snapshot.ChunkRef]*chunkBuf{}, map[string]*tableProgress{}
+	s.stages, s.chunks, s.tables = map[string]*store.Stage{}, map[snapshot.ChunkRef]*chunkBuf{}, map[string]*TableProgress{}
 	for ti := range p.Tables {
 		pt := &p.Tables[ti]
 		schema := s.schemas[pt.Name]
 		if schema == nil {
 			continue // not copied now (committed already)
 		}
-		tp := &tableProgress{Name: pt.Name, EstimatedRows: pt.EstimatedRows, Chunks: len(pt.Chunks)}
+		tp := &TableProgress{Name: pt.Name, EstimatedRows: pt.EstimatedRows, Chunks: len(pt.Chunks)}
 		s.tables[pt.Name] = tp
 		var runs [][]store.BatchMeta
 		for ci := range pt.Chunks {
@@ -348,15 +366,14 @@ func (s *snapStager) logProgress(phase string) {
 		if tp.ChunksDone == tp.Chunks && phase == "copy" {
 			continue
 		}
+		tp.rate(elapsed)
 		attrs := []any{"source", s.source, "table", name, "phase", phase, "rows", tp.Rows, "bytes", tp.Bytes,
-			"chunks_done", tp.ChunksDone, "chunks", tp.Chunks}
-		rate := float64(tp.copiedRows) / max(elapsed.Seconds(), 1e-3)
-		attrs = append(attrs, "rows_per_s", int64(rate))
+			"chunks_done", tp.ChunksDone, "chunks", tp.Chunks, "rows_per_s", tp.RowsPerSecond}
 		if tp.EstimatedRows > 0 {
 			attrs = append(attrs, "estimated_rows", tp.EstimatedRows)
-			if left := tp.EstimatedRows - tp.Rows; left > 0 && rate > 0 {
-				attrs = append(attrs, "eta", (time.Duration(float64(left)/rate) * time.Second).Round(time.Second).String())
-			}
+		}
+		if tp.ETASeconds != nil {
+			attrs = append(attrs, "eta", (time.Duration(*tp.ETASeconds * float64(time.Second))).Round(time.Second).String())
 		}
 		s.log.Info("snapshot progress", attrs...)
 	}
@@ -366,7 +383,9 @@ func (s *snapStager) logProgress(phase string) {
 func (s *snapStager) writeProgress(phase string) error {
 	p := SnapshotProgress{Source: s.source, PID: os.Getpid(), Started: s.began.UTC(), Updated: time.Now().UTC(), Phase: phase}
 	for _, name := range slices.Sorted(maps.Keys(s.tables)) {
-		p.Tables = append(p.Tables, s.tables[name])
+		tp := s.tables[name]
+		tp.rate(time.Since(s.began))
+		p.Tables = append(p.Tables, tp)
 	}
 	b, err := json.Marshal(p)
 	if err != nil {
