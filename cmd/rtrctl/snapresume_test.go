@@ -200,6 +200,13 @@ func TestIngestSnapshotResume(t *testing.T) {
 		t.Errorf("%d staged files after the kill, want the record and the chunks' files", len(staged))
 	}
 
+	// A stray staged file (as a crash while a run was written leaves) is
+	// swept at the restart.
+	stray := filepath.Join(dir, "staged", "pg", "snapshot", "00000000000000000000-00000000000000000000-00000000000000aa.arrow")
+	if err := os.WriteFile(stray, []byte("partial"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
 	second := startProc(t, nil, args...)
 	deadline = time.Now().Add(120 * time.Second)
 	for !strings.Contains(string(second.stderr.bytes()), `msg="snapshot done"`) {
@@ -224,6 +231,12 @@ func TestIngestSnapshotResume(t *testing.T) {
 	}
 	if frac > 0.6 {
 		t.Errorf("the second run copied %.1f%% of the rows again, want at most 60%%", 100*frac)
+	}
+	if m := regexp.MustCompile(`msg="snapshot resumed".* stray_files_removed=(\d+)`).FindStringSubmatch(log); m == nil || m[1] == "0" {
+		t.Errorf("the restart did not sweep the stray staged file: %v", m)
+	}
+	if _, err := os.Stat(stray); !os.IsNotExist(err) {
+		t.Errorf("stray staged file after the restart: %v", err)
 	}
 	if !regexp.MustCompile(`msg="snapshot rewound".* rewound=[1-9]`).MatchString(log) {
 		t.Errorf("nothing was rewound; the test's writes did not overlap the snapshot:\n%s", log)
