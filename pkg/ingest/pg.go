@@ -226,6 +226,16 @@ func (p *PG) Snapshot(ctx context.Context, _ string, collections []string, start
 		sink = sg
 	}
 	res, err := snapshot.PG(ctx, cfg, sink)
+	if errors.Is(err, snapshot.ErrRewind) && cfg.Resume != nil && cfg.Resume.Plan != nil && p.st != nil {
+		// Resumed chunks of a table that is not FULL could not be rewound
+		// (a change to a row older than the slot): start anew, from an
+		// attempt of its own (the sink has rewound rows of this one).
+		p.log.Warn("snapshot: the chunks of the earlier run cannot be rewound; copying anew", "source", p.cfg.Source, "error", err)
+		if rerr := p.st.RemoveSnapshot(p.cfg.Source); rerr != nil {
+			return rerr
+		}
+		return retry.Soon(err, 0)
+	}
 	if err != nil {
 		return err
 	}

@@ -228,7 +228,12 @@ func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
-	if keyed && found && cfg.Recreate {
+	// A resumable snapshot whose earlier chunks hold keeps the slot they
+	// are rewound to (a change in between to an older row of a table that
+	// is not FULL then fails the rewind with ErrRewind, and the caller
+	// starts anew).
+	resumed := cfg.Resume != nil && found && keepPlan(cfg.Resume.Plan, cfg.Slot, slotLSN, tables)
+	if keyed && found && cfg.Recreate && !resumed {
 		log.Info("snapshot: dropping the slot to create it again with the copy's snapshot (nothing is bound to its start yet)", "slot", cfg.Slot, "slot_lsn", slotLSN)
 		if err := dropSlot(ctx, conn, cfg.Slot); err != nil {
 			return nil, fmt.Errorf("snapshot: %w", err)
