@@ -103,6 +103,7 @@ snapshot_kill() {
 	done
 	e=$(now)
 	rss=$(awk '/^VmHWM:/ { print $2 }' "/proc/$ingest_pid/status")
+	until grep -q 'msg=resume' "$slog"; do sleep 0.1; done # streaming: SIGINT stops it cleanly
 	stop_ingest
 	line=$(grep -m1 'msg="snapshot staged"' "$slog")
 	copied=$(sed -E 's/.* rows_copied=([0-9]+).*/\1/' <<< "$line")
@@ -185,4 +186,4 @@ for N in $SIZES; do
 	cat "$work/notes.txt"
 	[ -s "$work/notes.txt" ] && echo
 done
-echo "(psql-copy-*: \`psql -c \"COPY t TO STDOUT (FORMAT csv|binary)\" > /dev/null\`; read-*: \`rtrctl read STORE public.t --format csv|arrow [--as-of OLD] > /dev/null\`, OLD the time of the initial snapshot, before 1% of the rows were updated; ingest-snapshot: \`rtrctl ingest\` from start until \`rtrctl status\` shows the snapshot complete (VmHWM); ingest-txn-update-all: a new \`rtrctl ingest\` from start until it has committed one \`UPDATE t SET n = n + 1\` of all N rows (2N changes) made while none ran (VmHWM); store-compact-2xN: \`rtrctl store compact --retain 1ms\` of two runs of N rows each (rows/s counts the 2N input rows). Peak RSS from \`/usr/bin/time -f %M\`. Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg).)"
+echo "(psql-copy-*: \`psql -c \"COPY t TO STDOUT (FORMAT csv|binary)\" > /dev/null\`; read-*: \`rtrctl read STORE public.t --format csv|arrow [--as-of OLD] > /dev/null\`, OLD the time of the initial snapshot, before 1% of the rows were updated; ingest-snapshot: \`rtrctl ingest\` from start until \`rtrctl status\` shows the snapshot complete (VmHWM); ingest-txn-update-all: a new \`rtrctl ingest\` from start until it has committed one \`UPDATE t SET n = n + 1\` of all N rows (2N changes) made while none ran (VmHWM); ingest-snapshot-kill50-resume: \`rtrctl ingest\` SIGKILLed once half the chunks of its initial snapshot are recorded, then a new one, from its start until it logs the snapshot done (VmHWM); store-compact-2xN: \`rtrctl store compact --retain 1ms\` of two runs of N rows each (rows/s counts the 2N input rows). Peak RSS from \`/usr/bin/time -f %M\`. Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg).)"

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rtrctl/rtrctl/pkg/store"
 )
@@ -51,6 +55,8 @@ func TestWaitRecentDuringSnapshot(t *testing.T) {
 		t.Errorf("status text during the snapshot has no SNAPSHOT section:\n%s", text)
 	}
 	u.insert(t, u.conn, rows+1, rows+10) // committed while the snapshot runs
+	// One more wait-recent, its stderr a terminal: it draws the bar.
+	tty := startOnTerminal(t, "wait-recent", "--store", dir, "--source-id", "pg", "--timeout", "60s")
 	began := time.Now()
 	var wg sync.WaitGroup
 	var recent, recentErr string
@@ -89,5 +95,71 @@ func TestWaitRecentDuringSnapshot(t *testing.T) {
 			t.Errorf("progress on a stderr that is not a terminal: %q", s)
 		}
 	}
+	screen := tty.wait(t)
+	if !strings.Contains(screen, "snapshot") || !strings.Contains(screen, "rows") {
+		t.Errorf("wait-recent on a terminal drew no progress bar: %q", screen)
+	}
 	t.Logf("wait-recent waited %s for the snapshot", took.Round(time.Millisecond))
+}
+
+// terminalProc is rtrctl run with its stderr on a pseudo-terminal.
+type terminalProc struct {
+	cmd    *exec.Cmd
+	screen *lockedBuffer
+	read   chan struct{}
+}
+
+// startOnTerminal starts rtrctl args with stderr on a new pseudo-terminal
+// (stdout discarded) and reads what it draws there.
+func startOnTerminal(t *testing.T, args ...string) *terminalProc {
+	t.Helper()
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("open a pseudo-terminal: %v", err)
+	}
+	t.Cleanup(func() { ptmx.Close() })
+	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatalf("unlock the pseudo-terminal: %v", err)
+	}
+	n, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatalf("name the pseudo-terminal: %v", err)
+	}
+	pts, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("open the pseudo-terminal's other end: %v", err)
+	}
+	defer pts.Close()
+	p := &terminalProc{cmd: exec.Command(rtrctlBin(t), args...), screen: &lockedBuffer{}, read: make(chan struct{})}
+	p.cmd.Stderr = pts
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.cmd.Process.Kill(); p.cmd.Wait() })
+	go func() {
+		defer close(p.read)
+		buf := make([]byte, 4096)
+		for {
+			n, err := ptmx.Read(buf)
+			p.screen.Write(buf[:n])
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return p
+}
+
+// wait waits for the process to exit 0 and returns what it drew.
+func (p *terminalProc) wait(t *testing.T) string {
+	t.Helper()
+	err := p.cmd.Wait()
+	select { // what is still in the terminal's buffer
+	case <-p.read:
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err != nil {
+		t.Fatalf("rtrctl %v on a terminal: %v\n%s", p.cmd.Args[1:], err, p.screen.bytes())
+	}
+	return string(p.screen.bytes())
 }

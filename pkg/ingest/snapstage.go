@@ -37,7 +37,7 @@ import (
 type snapRecord struct {
 	Format int    `json:"format"`
 	Source string `json:"source"`
-	snapshot.Plan
+	*snapshot.Plan
 }
 
 // stagerSink is what a stager hands the tables' stages to (the driver).
@@ -141,7 +141,7 @@ func readSnapRecord(st *store.Store, source string, log *slog.Logger) *snapRecor
 		return nil
 	}
 	var r snapRecord
-	if err := json.Unmarshal(b, &r); err != nil || r.Format != 1 || r.Source != source {
+	if err := json.Unmarshal(b, &r); err != nil || r.Format != 1 || r.Source != source || r.Plan == nil {
 		log.Warn("snapshot record not usable; the snapshot starts anew", "source", source, "error", err)
 		return nil
 	}
@@ -153,7 +153,7 @@ func (s *snapStager) plan() *snapshot.Plan {
 	if s.rec == nil {
 		return nil
 	}
-	return &s.rec.Plan
+	return s.rec.Plan
 }
 
 // begin is snapshot.Resume.Begin.
@@ -166,10 +166,9 @@ func (s *snapStager) begin(p *snapshot.Plan, kept bool) error {
 		if err := s.st.RemoveSnapshot(s.source); err != nil {
 			return err
 		}
-		s.rec = &snapRecord{Format: 1, Source: s.source, Plan: *p}
+		s.rec = &snapRecord{Format: 1, Source: s.source}
 	}
-	s.rec.Plan = *p
-	p = &s.rec.Plan
+	s.rec.Plan = p // PG sets its chunks' LSNs as they are done
 	// Done chunks of the tables copied now keep their files; a chunk
 	// whose files are gone (its stage was committed or dropped) is copied
 	// again.
