@@ -67,7 +67,7 @@ var stagedLineRe = regexp.MustCompile(`msg="snapshot staged".* rows_copied=(\d+)
 // nothing staged is left at the end.
 //
 // full: REPLICA IDENTITY FULL under updates, inserts, deletes and moves
-// of rows between key ranges. default-inserts: identity DEFAULT (primary
+// of rows between key ranges, copied on two connections. default-inserts: identity DEFAULT (primary
 // key) under inserts: resumed too. default-updates: identity DEFAULT
 // under every kind of change: an update to a row older than the slot
 // cannot be rewound without its old row, so the restart may copy anew
@@ -121,6 +121,9 @@ func snapshotResume(t *testing.T, identity string, insertsOnly bool) (float64, s
 	dir := t.TempDir() + "/store"
 	args := []string{"ingest", "--source", "pg", "--dsn", dsn, "--publication", "pub", "--slot", slot, "--store", dir,
 		"--interval", "50ms", "--compact-every", "0", "--progress-interval", "100ms"}
+	if identity == "FULL" {
+		args = append(args, "--parallel", "2") // chunks done out of order
+	}
 	first := startProc(t, nil, args...)
 
 	// Writes all through the snapshot once it is planned, each a
