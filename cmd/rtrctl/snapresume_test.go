@@ -234,6 +234,17 @@ func snapshotResume(t *testing.T, identity string, insertsOnly bool) (float64, s
 		t.Errorf("%d staged files after the kill, want the record and the chunks' files", len(staged))
 	}
 
+	// status says the snapshot was interrupted, and how far it got.
+	var sn *snapshotStatus
+	for _, src := range statusOf(t, dir).Sources {
+		if src.Name == "pg" {
+			sn = src.Snapshot
+		}
+	}
+	if sn == nil || sn.Running || len(sn.Tables) != 1 || sn.Tables[0].Chunks != total {
+		t.Errorf("status after the kill: %+v, want the snapshot interrupted with %d chunks", sn, total)
+	}
+
 	// A stray staged file (as a crash while a run was written leaves) is
 	// swept at the restart.
 	stray := filepath.Join(dir, "staged", "pg", "snapshot", "00000000000000000000-00000000000000000000-00000000000000aa.arrow")
