@@ -120,7 +120,7 @@ func snapshotResume(t *testing.T, identity string, insertsOnly bool) (float64, s
 
 	dir := t.TempDir() + "/store"
 	args := []string{"ingest", "--source", "pg", "--dsn", dsn, "--publication", "pub", "--slot", slot, "--store", dir,
-		"--interval", "50ms", "--compact-every", "0", "--progress-interval", "100ms"}
+		"--interval", "50ms", "--compact-every", "0", "--progress-interval", "1ns"}
 	if identity == "FULL" {
 		args = append(args, "--parallel", "2") // chunks done out of order
 	}

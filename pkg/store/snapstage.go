@@ -26,6 +26,9 @@ const (
 	// SnapshotProgressName is the file name of the running snapshot's
 	// latest progress report (for rtrctl status and wait-recent).
 	SnapshotProgressName = "progress.json"
+	// snapshotGroupRows bounds the row groups of a snapshot's staged
+	// files: the commit holds one group of each run at a time.
+	snapshotGroupRows = 8 << 10
 )
 
 // snapshotDir returns the resumable snapshot directory of source.
@@ -52,7 +55,9 @@ func (s *Store) NewSnapshotStage(source string, schema *arrow.Schema, runs [][]B
 		return nil, fmt.Errorf("stage snapshot of %s: %w", source, err)
 	}
 	sg := s.stageIn(dir, "snapshot of "+source, user)
-	sg.files.scratch = false
+	// Synced; and small groups, since the commit merges a group of every
+	// run at once.
+	sg.files.scratch, sg.files.groupRows = false, snapshotGroupRows
 	for _, run := range runs {
 		if len(run) == 0 {
 			continue
