@@ -6,6 +6,8 @@
 #   make bench-scale                       # 1M and 10M rows
 #   make bench-scale BENCH_ROWS=3000000    # 1M and 3M rows
 #   SIZES="100000" scripts/bench-scale.sh  # any list of sizes
+#   ONLY=snapshot-kill SIZES=10000000 scripts/bench-scale.sh
+#                                          # only the SIGKILL-at-50% resume
 #
 # Prints Markdown (docs/benchmarks.md, "Bounded memory at scale"); raw
 # /usr/bin/time output goes to bench-results/scale-*.txt.
@@ -78,6 +80,43 @@ stop_ingest() {
 	ingest_pid=
 }
 upper_of() { "$RTRCTL" store inspect "$1" | awk -v c="$2" '$1 == c { print $4 }'; }
+# snapshot_kill: an initial snapshot SIGKILLed once half
+# its chunks are done (docs/snapshot.md, "Resuming"), then a new ingest:
+# its time and peak RSS until the store holds the table, the share of the
+# rows it copied again (its "snapshot staged" log line), and a check that
+# the table is exact (count and sum of n against upstream).
+snapshot_kill() {
+	local rec="$work/sk$N/staged/pg/snapshot/snapshot.json" deadline=$(( $(date +%s) + 3600 )) line copied resumed
+	"$RTRCTL" --log-level warn ingest --source pg --dsn "$DSN" --publication "pub$N" --slot "sk$N" --store "$work/sk$N" 2>> "$log" & ingest_pid=$!
+	until [ -f "$rec" ] && python3 -c 'import json,sys; c=[c for t in json.load(open(sys.argv[1]))["tables"] for c in t["chunks"]]; sys.exit(0 if 2*sum(1 for x in c if x.get("snapshot_lsn")) >= len(c) else 1)' "$rec" 2>/dev/null; do
+		kill -0 "$ingest_pid" 2>/dev/null || { echo "rtrctl ingest exited before half its snapshot; see $log" >&2; return 1; }
+		[ "$(date +%s)" -lt "$deadline" ] || { echo "the snapshot did not get half through" >&2; return 1; }
+		sleep 0.05
+	done
+	kill -KILL "$ingest_pid"; wait "$ingest_pid" 2>/dev/null || true
+	local slog="$work/sk$N.log" s e rss
+	s=$(now)
+	"$RTRCTL" ingest --source pg --dsn "$DSN" --publication "pub$N" --slot "sk$N" --store "$work/sk$N" 2> "$slog" & ingest_pid=$!
+	while ! grep -q 'msg="snapshot done"' "$slog"; do
+		kill -0 "$ingest_pid" 2>/dev/null || { echo "rtrctl ingest exited; see $slog" >&2; return 1; }
+		sleep 0.1
+	done
+	e=$(now)
+	rss=$(awk '/^VmHWM:/ { print $2 }' "/proc/$ingest_pid/status")
+	until grep -q 'msg=resume' "$slog"; do sleep 0.1; done # streaming: SIGINT stops it cleanly
+	stop_ingest
+	line=$(grep -m1 'msg="snapshot staged"' "$slog")
+	copied=$(sed -E 's/.* rows_copied=([0-9]+).*/\1/' <<< "$line")
+	resumed=$(sed -E 's/.* rows_resumed=([0-9]+).*/\1/' <<< "$line")
+	local got want
+	got=$("$RTRCTL" read "$work/sk$N" "public.t$N" --format csv | awk -F, 'NR > 1 { n++; s += $2 } END { printf "%d %d", n, s }')
+	want=$(psql "$DSN" -XAtF' ' -c "SELECT count(*), sum(n) FROM t$N")
+	[ "$got" = "$want" ] || { echo "after the resumed snapshot the store has (rows, sum n) = $got, upstream $want" >&2; return 1; }
+	echo "ingest-snapshot-kill50-resume $(awk -v s="$s" -v e="$e" 'BEGIN { printf "%.2f", e - s }') $rss" | tee -a "$out/scale-$N.txt" >> "$work/m.txt"
+	echo "- SIGKILL at half of the snapshot, then a new ingest: it copied $copied rows again and resumed $resumed: $(awk -v c="$copied" -v r="$resumed" 'BEGIN { printf "%.1f%%", 100 * c / (c + r) }') of the table copied again; the table is exact (count, sum of n: $got)" >> "$work/notes.txt"
+	sql -c "SELECT pg_drop_replication_slot('sk$N')"
+	rm -rf "$work/sk$N"
+}
 
 echo "## Bounded memory at scale: (bigint, int, text, float8, timestamptz, bool)"
 echo
@@ -86,11 +125,14 @@ echo "- $(date -u +%Y-%m-%dT%H:%MZ); load average at start: $(cut -d' ' -f1-3 /p
 echo
 for N in $SIZES; do
 	: > "$work/m.txt"
+	: > "$work/notes.txt"
 	: > "$out/scale-$N.txt"
 	sql -c "CREATE TABLE t$N ($cols)" -c "ALTER TABLE t$N REPLICA IDENTITY ${IDENTITY:-DEFAULT}" -c "INSERT INTO t$N $(rows 1 "$N")" -c "VACUUM ANALYZE t$N" -c "CREATE PUBLICATION pub$N FOR TABLE t$N"
 	psql "$DSN" -Xqc "COPY t$N TO STDOUT (FORMAT csv)" > /dev/null # warm up
 	measure "psql-copy-csv" "$PG_BIN/psql" "$DSN" -Xqc "COPY t$N TO STDOUT (FORMAT csv)"
 	measure "psql-copy-binary" "$PG_BIN/psql" "$DSN" -Xqc "COPY t$N TO STDOUT (FORMAT binary)"
+	snapshot_kill
+	if [ "${ONLY:-}" != snapshot-kill ]; then
 	# Ingest: the initial snapshot, until the store holds it.
 	L=$(lsn)
 	s=$(now); ingest; wait_ingested "$L"; e=$(now)
@@ -125,7 +167,9 @@ for N in $SIZES; do
 	measure "store-compact-2x$N" "$RTRCTL" --log-level warn store compact "$work/cp$N" --retain 1ms
 	"$RTRCTL" store inspect "$work/cp$N" >> "$out/scale-$N.txt"
 	rm -rf "$work/cp$N"
-	sql -c "SELECT pg_drop_replication_slot('slot$N')" -c "DROP PUBLICATION pub$N" -c "DROP TABLE t$N"
+	sql -c "SELECT pg_drop_replication_slot('slot$N')"
+	fi
+	sql -c "DROP PUBLICATION pub$N" -c "DROP TABLE t$N"
 	rm -rf "$work/st$N"
 	csv=$(awk '$1 == "psql-copy-csv" { print $2 }' "$work/m.txt")
 	echo "### $N rows"
@@ -139,5 +183,7 @@ for N in $SIZES; do
 			printf "| %s | %.2f | %.0f | %.2fx | %.0f MiB |\n", name, s, n / s, s / c, k / 1024 }'
 	done < "$work/m.txt"
 	echo
+	cat "$work/notes.txt"
+	[ -s "$work/notes.txt" ] && echo
 done
-echo "(psql-copy-*: \`psql -c \"COPY t TO STDOUT (FORMAT csv|binary)\" > /dev/null\`; read-*: \`rtrctl read STORE public.t --format csv|arrow [--as-of OLD] > /dev/null\`, OLD the time of the initial snapshot, before 1% of the rows were updated; ingest-snapshot: \`rtrctl ingest\` from start until \`rtrctl status\` shows the snapshot complete (VmHWM); ingest-txn-update-all: a new \`rtrctl ingest\` from start until it has committed one \`UPDATE t SET n = n + 1\` of all N rows (2N changes) made while none ran (VmHWM); store-compact-2xN: \`rtrctl store compact --retain 1ms\` of two runs of N rows each (rows/s counts the 2N input rows). Peak RSS from \`/usr/bin/time -f %M\`. Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg).)"
+echo "(psql-copy-*: \`psql -c \"COPY t TO STDOUT (FORMAT csv|binary)\" > /dev/null\`; read-*: \`rtrctl read STORE public.t --format csv|arrow [--as-of OLD] > /dev/null\`, OLD the time of the initial snapshot, before 1% of the rows were updated; ingest-snapshot: \`rtrctl ingest\` from start until \`rtrctl status\` shows the snapshot complete (VmHWM); ingest-txn-update-all: a new \`rtrctl ingest\` from start until it has committed one \`UPDATE t SET n = n + 1\` of all N rows (2N changes) made while none ran (VmHWM); ingest-snapshot-kill50-resume: \`rtrctl ingest\` SIGKILLed once half the chunks of its initial snapshot are recorded, then a new one, from its start until it logs the snapshot done (VmHWM); store-compact-2xN: \`rtrctl store compact --retain 1ms\` of two runs of N rows each (rows/s counts the 2N input rows). Peak RSS from \`/usr/bin/time -f %M\`. Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg).)"

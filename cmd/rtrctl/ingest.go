@@ -72,6 +72,7 @@ Examples:
 			&cli.StringFlag{Name: "source-id", Usage: "the source's id in the store (default: the --source kind, e.g. pg); kafka: the prefix of the ids <prefix>.<topic>"},
 			&cli.StringFlag{Name: "tables", Usage: "pg: comma-separated tables, named as SQL names them: public.orders,public.\"RelMix\" (default: every table of the publication); mysql: db.table,... with backticks where SQL needs them, or db.* for every table of db, tables created while the ingest runs included (required)"},
 			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "pg, mysql: snapshot connections"},
+			&cli.DurationFlag{Name: "progress-interval", Value: 5 * time.Second, Usage: "pg: how often the initial snapshot logs its progress per table"},
 			&cli.DurationFlag{Name: "interval", Value: reclock.DefaultInterval, Usage: "least time between two bindings (commits)"},
 			&cli.Int64Flag{Name: "txn-memory", Usage: "bytes of updates not yet bound (a large transaction before its commit) held in memory; beyond it they are staged in the store until their commit (default: a sixteenth of --memory-limit, at most 32 MiB; -1: never stage)"},
 			&cli.StringFlag{Name: "state-dir", Usage: "kafka upsert: where each topic keeps its state on disk, a directory per source under it (default STORE/state); safe to delete while no ingest runs (it is rebuilt from the store)"},

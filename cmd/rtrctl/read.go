@@ -29,6 +29,7 @@ type readOptions struct {
 	from, to        *uint64
 	format          string
 	recent          bool
+	stderr          io.Writer // --recent's progress bar while a snapshot runs
 	timeout         time.Duration
 }
 
@@ -108,7 +109,7 @@ Examples:
 			if !opts.changes && (opts.from != nil || opts.to != nil) {
 				return usagef("add --changes to read changes between --from and --to", "--from/--to need --changes")
 			}
-			opts.recent, opts.timeout = c.Bool("recent"), c.Duration("timeout")
+			opts.recent, opts.timeout, opts.stderr = c.Bool("recent"), c.Duration("timeout"), c.App.ErrWriter
 			if opts.recent && (opts.asOf != nil || opts.changes || pipeIn) {
 				return usagef("--recent picks the time itself: drop --as-of/--changes, and read a store, not '-'", "--recent excludes --as-of, --changes and reading a pipe")
 			}
@@ -183,9 +184,11 @@ func runRead(ctx context.Context, w io.Writer, opts readOptions) error {
 		if st, err = recency.OpenStore(ctx, opts.dir, started, opts.timeout); err != nil {
 			return err // a *recency.NotRecentError exits 3
 		}
+		stop := showSnapshotWhileWaiting(ctx, opts.stderr, st, "", opts.collection)
 		res, err := recency.Wait(ctx, st, recency.Options{Collection: opts.collection, Timeout: opts.timeout, Started: started, Recorded: recordedProber})
+		stop()
 		if err != nil {
-			return err
+			return snapshotWaitHint(st, err)
 		}
 		opts.asOf = &res.Time
 	} else if st, err = store.Open(ctx, opts.dir, store.Options{MustExist: true}); err != nil {

@@ -75,7 +75,7 @@ type progressReporter struct {
 
 func newProgressReporter(stderr io.Writer, every time.Duration) *progressReporter {
 	r := &progressReporter{every: every, last: time.Now()}
-	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+	if isTerminal(stderr) {
 		r.bar = progressbar.NewOptions64(-1,
 			progressbar.OptionSetWriter(stderr),
 			progressbar.OptionSetDescription("snapshot"),
@@ -119,6 +119,12 @@ func (r *progressReporter) report(p snapshot.Progress) {
 		attrs = append(attrs, "rewound", p.Rewound)
 	}
 	slog.Info("snapshot progress", attrs...)
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 func (r *progressReporter) finish() {

@@ -201,3 +201,21 @@ func TestSnapshotCLIErrors(t *testing.T) {
 		t.Errorf("--source mysql without --tables: status %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
+
+// TestSnapshotProgressBar: with stderr on a terminal, rtrctl snapshot
+// draws a progress bar of the rows copied instead of logging progress
+// lines (TestSnapshotCLI: lines, and no bar, when it is not one).
+func TestSnapshotProgressBar(t *testing.T) {
+	dsn, _, slot := snapshotDB(t, 100000)
+	p := startOnTerminal(t, "snapshot", "--source", "pg", "--dsn", dsn, "--publication", "pub", "--slot", slot, "--progress-interval", "1ns")
+	screen := p.wait(t)
+	if !strings.Contains(screen, "snapshot") || !strings.Contains(screen, "rows") || !strings.Contains(screen, "\r") {
+		t.Errorf("no progress bar on the terminal: %q", screen)
+	}
+	if strings.Contains(screen, `msg="snapshot progress"`) {
+		t.Errorf("progress lines on a terminal: %q", screen)
+	}
+	if !strings.Contains(screen, "100000 rows") {
+		t.Errorf("no summary on the terminal: %q", screen)
+	}
+}

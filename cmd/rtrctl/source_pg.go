@@ -69,6 +69,7 @@ func init() {
 			return ingest.NewPG(ingest.PGConfig{
 				Upstream: u.(pgUpstream).pg, Publication: c.String("publication"), Slot: c.String("slot"),
 				Tables: tables, Parallel: c.Int("parallel"), Source: sourceID(c, "pg"), Resnapshot: resnap,
+				ProgressInterval: c.Duration("progress-interval"),
 			}), nil
 		},
 		recorded:     recordedVia(upstream.ParsePostgres, probe.NewPostgres),

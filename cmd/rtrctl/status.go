@@ -18,6 +18,7 @@ import (
 	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
+	"github.com/rtrctl/rtrctl/pkg/ingest"
 	"github.com/rtrctl/rtrctl/pkg/store"
 )
 
@@ -51,6 +52,11 @@ source of the store is an error. A --dsn measures every source of its kind:
 when sources of one kind come from several servers, only the lag of those
 on the server it names means anything.
 
+While an ingest's initial snapshot runs, or after one was interrupted
+(it resumes at the next ingest), a SNAPSHOT section shows per table the
+rows copied, the estimate (pg_class.reltuples), the chunks done, the rate
+and the time left; the source is listed before it has any binding.
+
 --probe-recorded measures the sources the flags do not name against the
 upstream their ingest recorded in the store, as wait-recent does. The store
 holds no password: PostgreSQL takes it from PGPASSWORD or ~/.pgpass; name a
@@ -68,7 +74,10 @@ Examples:
 --output json gives the same with system times as numbers; per source
 "upstream" (a frontier), "lag_positions", "lag_wal_bytes" (pg sources
 only, the same number), "lag_ms" when measured, "lag_note" when skipped, "retention" and
-"binlog_headroom_seconds" (docs/operations.md, Metrics).`,
+"binlog_headroom_seconds", and "snapshot" while an initial snapshot runs or
+was interrupted: {"running", "phase", "started", "updated", "tables": [{"name",
+"rows", "bytes", "resumed_rows", "estimated_rows", "chunks", "chunks_done",
+"rows_per_s", "eta_s"}]} (docs/operations.md, Metrics).`,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "dsn", Usage: "measure the store's pg sources against this PostgreSQL DSN, or its mysql sources against this MySQL/MariaDB DSN (forms as for 'rtrctl ingest')"},
 			dsnFileFlag(),
@@ -154,6 +163,22 @@ type sourceStatus struct {
 	// how long the source may stay behind before the server may purge a
 	// binlog it needs.
 	BinlogHeadroomSeconds *float64 `json:"binlog_headroom_seconds,omitempty"`
+	// Snapshot is the progress of the source's initial snapshot while it
+	// runs, or of one that was interrupted (it resumes at the next
+	// ingest); omitted once it is committed.
+	Snapshot *snapshotStatus `json:"snapshot,omitempty"`
+}
+
+// snapshotStatus is a source's initial snapshot in status.
+type snapshotStatus struct {
+	// Running: an ingest holds the source; else interrupted.
+	Running bool `json:"running"`
+	// Phase is copy, rewind or commit; Updated when the ingest last
+	// reported (RFC 3339).
+	Phase   string                  `json:"phase"`
+	Started time.Time               `json:"started"`
+	Updated time.Time               `json:"updated"`
+	Tables  []*ingest.TableProgress `json:"tables"`
 }
 
 func runStatus(ctx context.Context, w io.Writer, opts statusOptions) error {
@@ -166,6 +191,17 @@ func runStatus(ctx context.Context, w io.Writer, opts statusOptions) error {
 	if err != nil {
 		return err
 	}
+	// A source whose first snapshot runs has no bindings yet.
+	recorded, err := st.RecordedSources()
+	if err != nil {
+		return err
+	}
+	for _, src := range recorded {
+		if p, _ := snapshotProgress(st, src); p != nil && !slices.Contains(sources, src) {
+			sources = append(sources, src)
+		}
+	}
+	sort.Strings(sources)
 	bindings := map[string][]frontier.Binding{}
 	// Which upstream each source is measured against is settled for all
 	// of them before any is probed: a flag that fits no source fails
@@ -175,12 +211,15 @@ func runStatus(ctx context.Context, w io.Writer, opts statusOptions) error {
 	out.Sources = make([]sourceStatus, len(sources))
 	for i, src := range sources {
 		bs, _, err := st.Bindings(ctx, src)
-		if err != nil {
+		if err != nil && !errors.Is(err, store.ErrNotFound) { // none yet: an initial snapshot
 			return err
 		}
 		bindings[src] = bs
 		s := &out.Sources[i]
 		*s = sourceStatus{Name: src, Running: st.LockHeld(src), Bindings: len(bs)}
+		if p, running := snapshotProgress(st, src); p != nil {
+			s.Snapshot = &snapshotStatus{Running: running, Phase: p.Phase, Started: p.Started, Updated: p.Updated, Tables: p.Tables}
+		}
 		if len(bs) > 0 {
 			last := bs[len(bs)-1]
 			s.LastBound, s.Frontier = last.Time, &last.Frontier
@@ -270,7 +309,40 @@ func runStatus(ctx context.Context, w io.Writer, opts statusOptions) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, running, s.Bindings, s.LastBound, f, up, lag, note)
 	}
+	printSnapshots(tw, out.Sources)
 	return tw.Flush()
+}
+
+// printSnapshots prints the initial snapshots that run or were
+// interrupted, a line per table.
+func printSnapshots(tw io.Writer, sources []sourceStatus) {
+	header := false
+	for _, s := range sources {
+		sn := s.Snapshot
+		if sn == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(tw)
+			fmt.Fprintln(tw, "SNAPSHOT\tTABLE\tSTATE\tROWS\tEST. ROWS\tCHUNKS\tROWS/S\tETA")
+			header = true
+		}
+		state := sn.Phase
+		if !sn.Running {
+			state = "interrupted (resumes at the next ingest)"
+		}
+		for _, tp := range sn.Tables {
+			eta := "-"
+			if tp.ETASeconds != nil && sn.Running {
+				eta = (time.Duration(*tp.ETASeconds * float64(time.Second))).Round(time.Second).String()
+			}
+			est := "-"
+			if tp.EstimatedRows > 0 {
+				est = fmt.Sprint(tp.EstimatedRows)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d/%d\t%d\t%s\n", s.Name, tp.Name, state, tp.Rows, est, tp.ChunksDone, tp.Chunks, tp.RowsPerSecond, eta)
+		}
+	}
 }
 
 // statusUpstreams settles which upstream status measures each source

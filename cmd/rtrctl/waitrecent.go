@@ -36,7 +36,9 @@ a missing database) fails at once (exit 1).
 An ingest that is starting is waited for (until --timeout): its store
 directory, its source, its socket, its snapshot. So
 'rtrctl ingest ... --store S & t=$(rtrctl wait-recent --store S)' works
-as written.
+as written. While the initial snapshot runs, a progress bar shows on
+stderr when it is a terminal (never otherwise), and a timeout says how far
+the snapshot got.
 
 Exit statuses: 0 with t on stdout; 3 when recency was not reached: the
 --timeout passed, or no ingest is running and the store is behind the
@@ -89,7 +91,7 @@ binding, whether an ingest runs). 1 for other errors.
 			} else if c.IsSet("dsn") || c.IsSet("dsn-file") {
 				return usagef("add --source pg (or mysql) to name the upstream's kind", "--dsn needs --source")
 			}
-			return runWaitRecent(c.Context, c.App.Writer, opts)
+			return runWaitRecent(c.Context, c.App.Writer, c.App.ErrWriter, opts)
 		},
 	}
 }
@@ -102,16 +104,18 @@ type waitRecentOptions struct {
 // waitRecentJSON is the stable JSON form of `wait-recent --output json`.
 type waitRecentJSON = recency.Result
 
-func runWaitRecent(ctx context.Context, w io.Writer, opts waitRecentOptions) error {
+func runWaitRecent(ctx context.Context, w, stderr io.Writer, opts waitRecentOptions) error {
 	// An ingest that is starting may not have created the store yet.
 	opts.wait.Started = time.Now()
 	st, err := recency.OpenStore(ctx, opts.store, opts.wait.Started, opts.wait.Timeout)
 	if err != nil {
 		return err
 	}
+	stop := showSnapshotWhileWaiting(ctx, stderr, st, opts.wait.Source, "")
 	res, err := recency.Wait(ctx, st, opts.wait)
+	stop()
 	if err != nil {
-		return err
+		return snapshotWaitHint(st, err)
 	}
 	if opts.output == "json" {
 		return json.NewEncoder(w).Encode(waitRecentJSON(res))

@@ -120,6 +120,14 @@ type rrIngest struct {
 // waits until wait-recent works through the daemon.
 func rrStartIngest(t *testing.T, u *rrUpstream, dir, source string) *rrIngest {
 	t.Helper()
+	ing := rrStartIngestNoWait(t, u, dir, source)
+	rrWaitReady(t, dir, source)
+	return ing
+}
+
+// rrStartIngestNoWait is rrStartIngest without the wait.
+func rrStartIngestNoWait(t *testing.T, u *rrUpstream, dir, source string) *rrIngest {
+	t.Helper()
 	slot := "rtr_rr_" + rrRandom()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -133,9 +141,7 @@ func rrStartIngest(t *testing.T, u *rrUpstream, dir, source string) *rrIngest {
 		}
 		t.Errorf("could not drop slot %s", slot)
 	})
-	ing := rrRunIngest(t, u, dir, source, slot)
-	rrWaitReady(t, dir, source)
-	return ing
+	return rrRunIngest(t, u, dir, source, slot)
 }
 
 func rrRunIngest(t *testing.T, u *rrUpstream, dir, source, slot string) *rrIngest {

@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/jackc/pgx/v5"
@@ -63,6 +64,13 @@ type PGConfig struct {
 	// error gets its contents back): each is reset there and given a
 	// fresh copy rewound to that position (pgSink).
 	Resnapshot []string
+	// ProgressInterval is the least time between two progress lines of
+	// the initial snapshot (default 5s).
+	ProgressInterval time.Duration
+	// SnapshotChunkPages is about how many heap pages a chunk of the
+	// resumable initial snapshot has (snapshot.Resume.ChunkPages; 0:
+	// automatic).
+	SnapshotChunkPages int64
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -71,7 +79,7 @@ type PGConfig struct {
 // the publication's changes from the slot (replicate.StreamPG).
 type PG struct {
 	cfg   PGConfig
-	st    *store.Store // for kept copies (keptcopy.go)
+	st    *store.Store // Open's (kept copies: keptcopy.go)
 	log   *slog.Logger
 	nudge chan struct{}
 	// pollNow asks the stream's sink to read the publication's tables at
@@ -199,10 +207,35 @@ func (p *PG) Snapshot(ctx context.Context, _ string, collections []string, start
 	if conn != nil && conn.IsClosed() {
 		conn = nil
 	}
-	res, err := snapshot.PG(ctx, snapshot.Config{
+	cfg := snapshot.Config{
 		Upstream: p.cfg.Upstream, Publication: p.cfg.Publication, Slot: p.cfg.Slot, Tables: collections, Parallel: p.cfg.Parallel, Logger: p.log,
 		KeyedIdentity: true, Recreate: start.IsEmpty(), Conn: conn, KeepReplication: true,
-	}, sink)
+	}
+	// The copy is staged in the store chunk by chunk and resumed from the
+	// chunks an earlier attempt finished (snapstage.go).
+	if ss, ok := sink.(stagerSink); ok && p.st != nil {
+		schemas := map[string]*arrow.Schema{}
+		for _, c := range collections {
+			if t := p.tabs[c]; t != nil {
+				schemas[c] = dataSchemaLSN(t.Fields())
+			}
+		}
+		sg := newSnapStager(ctx, p.st, p.cfg.Source, ss, schemas, p.cfg.ProgressInterval, p.log)
+		defer sg.release()
+		cfg.Resume = &snapshot.Resume{Plan: sg.plan(), Begin: sg.begin, ChunkPages: p.cfg.SnapshotChunkPages}
+		sink = sg
+	}
+	res, err := snapshot.PG(ctx, cfg, sink)
+	if errors.Is(err, snapshot.ErrRewind) && cfg.Resume != nil && cfg.Resume.Plan != nil && p.st != nil {
+		// Resumed chunks of a table that is not FULL could not be rewound
+		// (a change to a row older than the slot): start anew, from an
+		// attempt of its own (the sink has rewound rows of this one).
+		p.log.Warn("snapshot: the chunks of the earlier run cannot be rewound; copying anew", "source", p.cfg.Source, "error", err)
+		if rerr := p.st.RemoveSnapshot(p.cfg.Source); rerr != nil {
+			return rerr
+		}
+		return retry.Soon(err, 0)
+	}
 	if err != nil {
 		return err
 	}
@@ -214,6 +247,15 @@ func (p *PG) Snapshot(ctx context.Context, _ string, collections []string, start
 	}
 	p.log.Info("snapshot rewound", "source", p.cfg.Source, "rows", res.Rows(), "rewound", res.Rewound(), "slot_lsn", res.SlotLSN, "snapshot_lsn", res.SnapshotLSN)
 	return nil
+}
+
+// snapshotCommitted implements snapshotCommitter: the snapshot's staged
+// files and record are no longer needed.
+func (p *PG) snapshotCommitted(string) error {
+	if p.st == nil {
+		return nil
+	}
+	return p.st.RemoveSnapshot(p.cfg.Source)
 }
 
 // Stream implements Source.

@@ -384,10 +384,36 @@ func (d *driver) snapshot(ctx context.Context, sn Snapshotter, t *timeline) erro
 		}
 		d.log.Info("snapshot done", "source", t.ID, "collections", len(need), "took", time.Since(began).Round(time.Millisecond).String())
 	}
+	if c, ok := sn.(snapshotCommitter); ok {
+		if err := c.snapshotCommitted(t.ID); err != nil {
+			return fmt.Errorf("ingest %s: %w", t.ID, err)
+		}
+	}
 	if len(t.rc.Bindings()) == 0 {
 		return fmt.Errorf("ingest %s: no binding after the snapshot", t.ID)
 	}
 	return nil
+}
+
+// snapshotCommitter is a Snapshotter that keeps something of its
+// snapshots until they are committed (a resumable snapshot's record).
+type snapshotCommitter interface {
+	snapshotCommitted(timeline string) error
+}
+
+// DataStaged hands the reclocker a collection's staged snapshot rows (a
+// resumable snapshot's copy); a collection with a definite error drops
+// them.
+func (d *driver) DataStaged(collection string, in *arrow.Schema, stage *store.Stage) error {
+	taken := false
+	err := d.live(collection, func(t *timeline) error {
+		taken = true
+		return t.rc.DataStaged(d.ctx, collection, in, stage)
+	})
+	if !taken {
+		stage.Release()
+	}
+	return err
 }
 
 // ack implements Ack: the frontier of the last binding below which every

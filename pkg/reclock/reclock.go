@@ -593,6 +593,13 @@ func (r *Reclocker) hold(collection string, rec arrow.Record) (held, error) {
 		}
 		h.parts = rec.Column(pi[0]).(*array.String)
 	}
+	h.schema = outSchema(s)
+	return h, nil
+}
+
+// outSchema is the output schema of updates in input schema s: the user
+// columns, _time in system time and _diff.
+func outSchema(s *arrow.Schema) *arrow.Schema {
 	var fields []arrow.Field
 	for _, f := range s.Fields() {
 		switch f.Name {
@@ -602,8 +609,37 @@ func (r *Reclocker) hold(collection string, rec arrow.Record) (held, error) {
 		fields = append(fields, f)
 	}
 	md := s.Metadata()
-	h.schema = pipe.DataSchema(fields, frontier.DomainSystem, systemMetadata(md))
-	return h, nil
+	return pipe.DataSchema(fields, frontier.DomainSystem, systemMetadata(md))
+}
+
+// DataStaged takes source-time updates of one collection that are staged
+// already (a resumable snapshot's copy: records in schema in, with the
+// user columns, _time and _diff): like Data's, they go out at the first
+// binding beyond their times, read from the stage's files then. The
+// Reclocker owns stage from then on. Unpartitioned domains only.
+func (r *Reclocker) DataStaged(ctx context.Context, collection string, in *arrow.Schema, stage *store.Stage) error {
+	if r.domain.Partitioned() {
+		stage.Release()
+		return fmt.Errorf("reclock %s: staged updates of %s in partitioned domain %s", r.source, collection, r.domain)
+	}
+	lo, _, ok := stage.TimeRange()
+	if !ok {
+		stage.Release()
+		return nil
+	}
+	h := held{collection: collection, schema: outSchema(in), stage: stage}
+	// A replay: the rows durable bindings bind go out now.
+	for k := r.firstBeyond(frontier.Time{Pos: lo}); k >= 0 && k < len(r.bindings) && h.stage != nil; k++ {
+		rest, err := r.emitStaged(ctx, h, r.bindings[k].Frontier, r.bindings[k].Time)
+		if err != nil {
+			return err
+		}
+		h.stage = rest
+	}
+	if h.stage != nil {
+		r.pending = append(r.pending, h)
+	}
+	return nil
 }
 
 // systemMetadata rewrites a data stream's metadata for system time.

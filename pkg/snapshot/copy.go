@@ -36,6 +36,9 @@ type table struct {
 	// error (sent once, as a batch with err), and its copy stops.
 	failed atomic.Bool
 	errMsg string // the error, once the sink has it (sink goroutine only)
+	// ck is the table's chunking in a resumable snapshot (nil: copied
+	// whole at one LSN).
+	ck *chunking
 }
 
 // task is one COPY: a whole table, or the ctid range of heap pages
@@ -44,6 +47,10 @@ type task struct {
 	tb     *table
 	lo, hi int64
 	ranged bool
+	// chunk is set for a chunk of a resumable snapshot: its rows are
+	// those of where (empty: the whole table).
+	chunk *ChunkRef
+	where string
 }
 
 // sql returns the COPY statement of the task.
@@ -56,6 +63,8 @@ func (k task) sql() string {
 
 func (k task) copySQL() string {
 	switch {
+	case k.where != "":
+		return fmt.Sprintf("COPY (SELECT %s FROM ONLY %s WHERE %s) TO STDOUT", k.tb.colsSQL, k.tb.rel.SQL(), k.where)
 	case k.ranged && k.hi >= 0:
 		return fmt.Sprintf("COPY (SELECT %s FROM ONLY %s WHERE ctid >= '(%d,0)'::tid AND ctid < '(%d,0)'::tid) TO STDOUT",
 			k.tb.colsSQL, k.tb.rel.SQL(), k.lo, k.hi)
@@ -94,11 +103,14 @@ func columnList(t *pgarrow.Table) string {
 }
 
 // batch is a record of copied rows of one table, ready for the sink, or
-// (err set, rec nil) the table's definite error.
+// (err set, rec nil) the table's definite error, or (done set, rec nil)
+// the end of a chunk.
 type batch struct {
-	tb  *table
-	rec arrow.Record
-	err string
+	tb    *table
+	rec   arrow.Record
+	err   string
+	chunk *ChunkRef
+	done  bool
 }
 
 // constants holds the _time (all 0) and _diff (all +1) buffers shared by
@@ -135,6 +147,7 @@ type copier struct {
 	out      chan<- batch
 	maxRows  int
 	maxBytes int
+	chunk    *ChunkRef // the task's chunk in a resumable snapshot
 
 	row     copyRow
 	partial []byte // an incomplete line carried over to the next Write
@@ -244,10 +257,24 @@ func (c *copier) send(cols []arrow.Array, n int) error {
 		a.Release()
 	}
 	select {
-	case c.out <- batch{tb: c.tb, rec: rec}:
+	case c.out <- batch{tb: c.tb, rec: rec, chunk: c.chunk}:
 		return nil
 	case <-c.ctx.Done():
 		rec.Release()
+		return c.ctx.Err()
+	}
+}
+
+// chunkDone tells the sink goroutine that every row of the copier's
+// chunk was sent (nothing for a copy that is not a chunk).
+func (c *copier) chunkDone() error {
+	if c.chunk == nil || c.stopped() {
+		return nil
+	}
+	select {
+	case c.out <- batch{tb: c.tb, chunk: c.chunk, done: true}:
+		return nil
+	case <-c.ctx.Done():
 		return c.ctx.Err()
 	}
 }

@@ -38,7 +38,7 @@ func Copy(ctx context.Context, cfg Config, sink pipe.Sink) (frontier.LSN, []*pga
 	if err != nil {
 		return 0, nil, fmt.Errorf("snapshot copy: %w", err)
 	}
-	snapLSN, _, err := copyTables(ctx, cfg, dl, tables, sink, began, "")
+	snapLSN, _, err := copyTables(ctx, cfg, dl, conn, 0, tables, sink, began, "")
 	if err != nil {
 		return 0, nil, fmt.Errorf("snapshot copy: %w", err)
 	}

@@ -163,6 +163,9 @@ func takeBatch(k task, queue <-chan task) (tasks []task, next *task) {
 
 // pages is the task's size in heap pages, as far as it is known.
 func (k task) pages() int64 {
+	if k.chunk != nil && k.tb.ck != nil {
+		return max(k.tb.relpages/int64(len(k.tb.ck.chunks)), 1)
+	}
 	if k.ranged {
 		if k.hi < 0 {
 			return max(k.tb.relpages-k.lo, 1)
@@ -180,7 +183,7 @@ func copyBinary(ctx context.Context, conn *pgx.Conn, cfg Config, consts *constan
 	sw := &splitWriter{n: len(tasks),
 		start: func(i int) io.Writer {
 			k := tasks[i]
-			c := &copier{ctx: ctx, tb: k.tb, consts: consts, out: out, maxRows: cfg.BatchRows, maxBytes: cfg.BatchBytes}
+			c := &copier{ctx: ctx, tb: k.tb, consts: consts, out: out, maxRows: cfg.BatchRows, maxBytes: cfg.BatchBytes, chunk: k.chunk}
 			copiers[i] = c
 			bc := bins[k.tb]
 			if bc == nil {
@@ -193,7 +196,13 @@ func copyBinary(ctx context.Context, conn *pgx.Conn, cfg Config, consts *constan
 		},
 		end: func(i int) error {
 			bads[i] = cur.bad
-			return cur.finish()
+			if err := cur.finish(); err != nil {
+				return err
+			}
+			if cur.bad != nil {
+				return nil
+			}
+			return copiers[i].chunkDone()
 		},
 	}
 	sqls := make([]string, len(tasks))

@@ -1,10 +1,12 @@
 package snapshot
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/apache/arrow/go/v17/arrow/memory"
@@ -84,6 +86,10 @@ type Config struct {
 	// OnProgress, if set, is called after every record written, from the
 	// goroutine that calls the Sink.
 	OnProgress func(Progress)
+	// Resume, when set, makes the snapshot resumable (resume.go): the
+	// Sink must be a ChunkSink; tables are copied in chunks of their key
+	// instead of ctid ranges.
+	Resume *Resume
 	// Logger receives debug and info lines; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -222,7 +228,12 @@ func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
-	if keyed && found && cfg.Recreate {
+	// A resumable snapshot whose earlier chunks hold keeps the slot they
+	// are rewound to (a change in between to an older row of a table that
+	// is not FULL then fails the rewind with ErrRewind, and the caller
+	// starts anew).
+	resumed := cfg.Resume != nil && found && keepPlan(cfg.Resume.Plan, cfg.Slot, slotLSN, tables)
+	if keyed && found && cfg.Recreate && !resumed {
 		log.Info("snapshot: dropping the slot to create it again with the copy's snapshot (nothing is bound to its start yet)", "slot", cfg.Slot, "slot_lsn", slotLSN)
 		if err := dropSlot(ctx, conn, cfg.Slot); err != nil {
 			return nil, fmt.Errorf("snapshot: %w", err)
@@ -234,7 +245,7 @@ func PG(ctx context.Context, cfg Config, sink pipe.Sink) (*Result, error) {
 	if withCopy {
 		permanent = cfg.Slot
 	}
-	snapLSN, repl, err := copyTables(ctx, cfg, dl, tables, sink, began, permanent)
+	snapLSN, repl, err := copyTables(ctx, cfg, dl, conn, slotLSN, tables, sink, began, permanent)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
@@ -457,8 +468,8 @@ func plan(tables []*table, parallel int, rangePages int64) []task {
 // here; else of a temporary slot.
 // With cfg.KeepReplication and permanent, it returns the replication
 // connection that created the slot, for the caller to close.
-func copyTables(ctx context.Context, cfg Config, dl *dials, tables []*table, sink pipe.Sink, began time.Time, permanent string) (frontier.LSN, *pgconn.PgConn, error) {
-	lsn, repl, err := copyTables1(ctx, cfg, dl, tables, sink, began, permanent)
+func copyTables(ctx context.Context, cfg Config, dl *dials, conn *pgx.Conn, slotLSN frontier.LSN, tables []*table, sink pipe.Sink, began time.Time, permanent string) (frontier.LSN, *pgconn.PgConn, error) {
+	lsn, repl, err := copyTables1(ctx, cfg, dl, conn, slotLSN, tables, sink, began, permanent)
 	if repl == nil {
 		return lsn, nil, err
 	}
@@ -467,7 +478,7 @@ func copyTables(ctx context.Context, cfg Config, dl *dials, tables []*table, sin
 
 // copyTables1 is copyTables; it returns the replication connection, if
 // still open.
-func copyTables1(ctx context.Context, cfg Config, dl *dials, tables []*table, sink pipe.Sink, began time.Time, permanent string) (frontier.LSN, *pgx.Conn, error) {
+func copyTables1(ctx context.Context, cfg Config, dl *dials, conn *pgx.Conn, slotLSN frontier.LSN, tables []*table, sink pipe.Sink, began time.Time, permanent string) (frontier.LSN, *pgx.Conn, error) {
 	defer dl.close()
 	repl, err := dl.replication()
 	if err != nil {
@@ -520,7 +531,22 @@ func copyTables1(ctx context.Context, cfg Config, dl *dials, tables []*table, si
 		closeRepl()
 	}
 
-	tasks := plan(tables, cfg.Parallel, cfg.RangePages)
+	var tasks []task
+	var rp *Plan
+	cs, _ := sink.(ChunkSink)
+	if cfg.Resume != nil {
+		if cs == nil {
+			return 0, nil, fmt.Errorf("a resumable snapshot needs a ChunkSink, not %T", sink)
+		}
+		if permanent != "" {
+			slotLSN = snap.lsn // the slot is the copy's
+		}
+		if rp, tasks, err = resumePlan(ctx, cfg, conn, slotLSN, tables); err != nil {
+			return 0, nil, err
+		}
+	} else {
+		tasks = plan(tables, cfg.Parallel, cfg.RangePages)
+	}
 	var estimate int64
 	for _, tb := range tables {
 		estimate += tb.tuples
@@ -553,9 +579,20 @@ func copyTables1(ctx context.Context, cfg Config, dl *dials, tables []*table, si
 			}
 			continue
 		}
+		if b.done {
+			if serr == nil && !b.tb.failed.Load() {
+				rp.Tables[b.chunk.Table].Chunks[b.chunk.Chunk].LSN = snap.lsn
+				serr = cs.ChunkDone(*b.chunk, b.tb.name)
+			}
+			continue
+		}
 		if serr == nil && !b.tb.failed.Load() {
 			n := b.rec.NumRows()
-			serr = sink.Data(b.tb.name, b.rec)
+			if b.chunk != nil {
+				serr = cs.ChunkData(*b.chunk, b.tb.name, b.rec)
+			} else {
+				serr = sink.Data(b.tb.name, b.rec)
+			}
 			b.tb.rows += n
 			rows += n
 			if serr == nil && cfg.OnProgress != nil {
@@ -573,11 +610,56 @@ func copyTables1(ctx context.Context, cfg Config, dl *dials, tables []*table, si
 	if werr != nil {
 		return 0, nil, werr
 	}
+	if rp != nil {
+		for _, tb := range tables {
+			pt := rp.table(tb.name)
+			tb.ck = &chunking{col: -1, chunks: pt.Chunks}
+			if pt.Column != "" {
+				tb.ck.col = tb.keyCol(pt.Column)
+			}
+		}
+	}
 	if keep {
 		replOpen = false // the caller's now
 		return snap.lsn, repl, nil
 	}
 	return snap.lsn, nil, nil
+}
+
+// resumePlan returns the plan of a resumable snapshot, after Begin took
+// it (the earlier attempt's if it holds for the slot at slotLSN and the
+// tables, else a new one), and the COPY tasks of its chunks not done,
+// larger tables first.
+func resumePlan(ctx context.Context, cfg Config, conn *pgx.Conn, slotLSN frontier.LSN, tables []*table) (*Plan, []task, error) {
+	rp := cfg.Resume.Plan
+	kept := keepPlan(rp, cfg.Slot, slotLSN, tables)
+	if !kept {
+		var err error
+		if rp, err = newPlan(ctx, conn, cfg.Slot, slotLSN, tables, cfg.Resume.ChunkPages); err != nil {
+			return nil, nil, err
+		}
+	}
+	if cfg.Resume.Begin != nil {
+		if err := cfg.Resume.Begin(rp, kept); err != nil {
+			return nil, nil, err
+		}
+	}
+	order := append([]*table(nil), tables...)
+	slices.SortStableFunc(order, func(a, b *table) int { return cmp.Compare(b.relpages, a.relpages) })
+	var tasks []task
+	for _, tb := range order {
+		ti := slices.IndexFunc(rp.Tables, func(pt PlanTable) bool { return pt.Name == tb.name })
+		pt := &rp.Tables[ti]
+		tb.ranges = len(pt.Chunks)
+		tb.ck = &chunking{col: -1, chunks: pt.Chunks} // for the pages of a task
+		for ci, c := range pt.Chunks {
+			if c.LSN != 0 {
+				continue
+			}
+			tasks = append(tasks, task{tb: tb, chunk: &ChunkRef{Table: ti, Chunk: ci}, where: c.where(pt.Column)})
+		}
+	}
+	return rp, tasks, nil
 }
 
 // copyWorker runs COPY tasks from queue on conn (inside the imported
@@ -615,7 +697,7 @@ func copyWorker(ctx context.Context, conn *pgx.Conn, cfg Config, queue <-chan ta
 			}
 			continue
 		}
-		c := &copier{ctx: ctx, tb: k.tb, consts: consts, out: out, maxRows: cfg.BatchRows, maxBytes: cfg.BatchBytes}
+		c := &copier{ctx: ctx, tb: k.tb, consts: consts, out: out, maxRows: cfg.BatchRows, maxBytes: cfg.BatchBytes, chunk: k.chunk}
 		rb := builders[k.tb]
 		if rb == nil {
 			var err error
@@ -642,6 +724,9 @@ func copyWorker(ctx context.Context, conn *pgx.Conn, cfg Config, queue <-chan ta
 			continue
 		}
 		if err := c.flush(); err != nil {
+			return err
+		}
+		if err := c.chunkDone(); err != nil {
 			return err
 		}
 	}

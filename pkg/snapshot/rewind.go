@@ -153,13 +153,19 @@ func (r *rewinder) Data(collection string, rec arrow.Record) error {
 	}
 	// Write each run of included rows as one record.
 	n := int(rec.NumRows())
+	in := func(i int) bool {
+		if tb.ck == nil {
+			return inSnapshot(times.Value(i), r.snapLSN)
+		}
+		return inSnapshot(times.Value(i), tb.ck.lsnOf(cols, i))
+	}
 	for lo := 0; lo < n; {
-		if !inSnapshot(times.Value(lo), r.snapLSN) {
+		if !in(lo) {
 			lo++
 			continue
 		}
 		hi := lo + 1
-		for hi < n && inSnapshot(times.Value(hi), r.snapLSN) {
+		for hi < n && in(hi) {
 			hi++
 		}
 		if err := r.emit(tb, cols, diffs, lo, hi); err != nil {
@@ -213,7 +219,15 @@ func (r *rewinder) Progress(string, frontier.Frontier) error { return nil }
 func (r *rewinder) Error(collection string, t frontier.Time, msg string) error {
 	at := frontier.LSN(t.Pos)
 	tb := r.tables[collection]
-	if tb == nil || !inSnapshot(uint64(at), r.snapLSN) {
+	if tb == nil {
+		return nil
+	}
+	// In a resumable snapshot, the chunks copied at LSNs beyond it saw it.
+	until := r.snapLSN
+	if tb.ck != nil {
+		until = tb.ck.maxLSN()
+	}
+	if !inSnapshot(uint64(at), until) {
 		return nil
 	}
 	if replicate.IsConversionError(msg) {

@@ -158,7 +158,11 @@ func (sh *Shard) writeRun(ctx context.Context, lower, upper, genStart uint64, sc
 			}
 		}
 	}()
-	groups := groupSlicer(sh.st.groupRows(), next)
+	rows := sh.st.groupRows()
+	if sh.groupRows > 0 {
+		rows = min(rows, sh.groupRows)
+	}
+	groups := groupSlicer(rows, next)
 	var pending arrow.Record
 	pull := func() (arrow.Record, error) {
 		if pending != nil {

@@ -38,6 +38,9 @@ type Shard struct {
 	// scratch: files that a crash may lose (staged updates, which the
 	// source replays) are not synced.
 	scratch bool
+	// groupRows, when set, bounds the row groups of the files it writes
+	// instead of the store's Options.GroupRows (a snapshot's stage).
+	groupRows int64
 }
 
 // genSchemas are a generation's user schema and the schemas derived from

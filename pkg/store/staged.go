@@ -62,6 +62,9 @@ func (s *Store) SweepStaged(source string) error {
 		return fmt.Errorf("sweep staged files of %s: %w", source, err)
 	}
 	for _, f := range files {
+		if f.Name() == snapshotDirName {
+			continue // a resumable snapshot's (SnapshotStage), swept by its owner
+		}
 		if err := s.fs.Remove(filepath.Join(dir, f.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("sweep staged files of %s: %w", source, err)
 		}
