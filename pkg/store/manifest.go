@@ -70,6 +70,9 @@ type Manifest struct {
 	// LastBinding is a remap shard's latest binding, for validating the
 	// next append without reading batches.
 	LastBinding *BindingJSON `json:"last_binding,omitempty"`
+	// Epoch is the writer lease epoch (S3 stores) of the last writer
+	// that committed: a writer of a lower epoch commits no more.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // ColumnInfo describes one user column.

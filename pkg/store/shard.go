@@ -247,9 +247,20 @@ func (sh *Shard) refresh(ctx context.Context) (*Manifest, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("read manifest of %s: %w", sh.what(), err)
 		}
-		ents, err := sh.st.fs.ReadDir(sh.dir)
+		sh.mu.Lock()
+		known, swept := sh.cur, sh.swept
+		sh.mu.Unlock()
+		var ents []fs.DirEntry
+		var err error
+		al, after := sh.st.fs.(afterLister)
+		if after = after && swept && known != nil; after {
+			// Only the manifests newer than the one we know (S3).
+			ents, err = al.ListAfter(sh.dir, manifestPrefix, manifestName(known.Version))
+		} else {
+			ents, err = sh.st.fs.ReadDir(sh.dir)
+		}
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("open %s: no such %s in %s: %w", sh.what(), strings.Fields(sh.what())[0], sh.st.dir, ErrNotFound)
+			return nil, fmt.Errorf("open %s: no such %s in %s: %w", sh.what(), strings.Fields(sh.what())[0], sh.st.loc, ErrNotFound)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("read manifest of %s: %w", sh.what(), err)
@@ -260,8 +271,11 @@ func (sh *Shard) refresh(ctx context.Context) (*Manifest, error) {
 				v = n
 			}
 		}
+		if v == 0 && after {
+			return known, nil
+		}
 		if v == 0 {
-			return nil, fmt.Errorf("open %s: no such %s in %s: %w", sh.what(), strings.Fields(sh.what())[0], sh.st.dir, ErrNotFound)
+			return nil, fmt.Errorf("open %s: no such %s in %s: %w", sh.what(), strings.Fields(sh.what())[0], sh.st.loc, ErrNotFound)
 		}
 		sh.sweepOnce(ents)
 		sh.mu.Lock()
@@ -386,6 +400,11 @@ func (sh *Shard) commit(ctx context.Context, next *Manifest) (linked bool, err e
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("commit %s: %w", sh.what(), err)
 	}
+	epoch, err := sh.st.fence(next.Epoch)
+	if err != nil {
+		return false, fmt.Errorf("commit %s: %w", sh.what(), err)
+	}
+	next.Epoch = epoch
 	data, err := encodeManifest(next)
 	if err != nil {
 		return false, fmt.Errorf("commit %s: %w", sh.what(), err)
