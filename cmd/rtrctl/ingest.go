@@ -64,7 +64,8 @@ Examples:
   rtrctl ingest --source kafka --brokers 127.0.0.1:9092 --topics orders,users \
       --envelope upsert --key-format text --value-format json --store ./data`,
 		Flags: append(sourceFlags("ingest"),
-			&cli.StringFlag{Name: "store", Usage: "the store directory (required)"},
+			&cli.StringFlag{Name: "store", Usage: "the store: a directory, or s3://BUCKET/PREFIX (AWS_* environment; docs/operations.md) (required)"},
+			&cli.DurationFlag{Name: "lease-ttl", Value: store.DefaultLeaseTTL, Usage: "s3:// stores: how long the writer lease outlives its holder; another ingest of the source takes over after it"},
 			&cli.StringFlag{Name: "source-id", Usage: "the source's id in the store (default: the --source kind, e.g. pg); kafka: the prefix of the ids <prefix>.<topic>"},
 			&cli.StringFlag{Name: "tables", Usage: "pg: comma-separated tables, named as SQL names them: public.orders,public.\"RelMix\" (default: every table of the publication); mysql: db.table,... with backticks where SQL needs them, or db.* for every table of db, tables created while the ingest runs included (required)"},
 			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "pg, mysql: snapshot connections"},
@@ -96,7 +97,7 @@ Examples:
 				return err
 			}
 			opts := ingestOptions{
-				store: c.String("store"), retain: c.Duration("retain"),
+				store: c.String("store"), retain: c.Duration("retain"), leaseTTL: c.Duration("lease-ttl"),
 				metricsAddr: c.String("metrics-addr"), metricsRemote: c.Bool("metrics-remote"),
 				run: ingest.Options{
 					Interval: c.Duration("interval"), CompactEvery: c.Duration("compact-every"),
@@ -115,6 +116,7 @@ Examples:
 type ingestOptions struct {
 	store         string
 	retain        time.Duration
+	leaseTTL      time.Duration
 	metricsAddr   string
 	metricsRemote bool
 	run           ingest.Options
@@ -122,7 +124,7 @@ type ingestOptions struct {
 
 // runIngest opens the store, serves metrics when asked and runs src.
 func runIngest(ctx context.Context, src ingest.Source, opts ingestOptions) error {
-	st, err := store.Open(ctx, opts.store, store.Options{Retain: opts.retain})
+	st, err := store.Open(ctx, opts.store, store.Options{Retain: opts.retain, LeaseTTL: opts.leaseTTL})
 	if err != nil {
 		return err
 	}

@@ -230,3 +230,38 @@ func TestS3SelfTest(t *testing.T) {
 		}
 	}
 }
+
+// s3Path is the path in its FS of a store location: the key prefix of an
+// s3:// one (after the bucket).
+func s3Path(loc string) string {
+	if !isS3(loc) {
+		return loc
+	}
+	_, p, _ := ParseS3URL(loc)
+	if p == "" {
+		return "."
+	}
+	return p
+}
+
+// snapshotS3 returns every object's bytes under an s3:// location.
+func snapshotS3(t testing.TB, loc string) map[string]string {
+	t.Helper()
+	f := baseFS(t, loc).(*S3FS)
+	out := map[string]string{}
+	pg := s3.NewListObjectsV2Paginator(f.client, &s3.ListObjectsV2Input{Bucket: &f.bucket, Prefix: aws.String(s3DirPrefix(s3Path(loc)))})
+	for pg.HasMorePages() {
+		page, err := pg.NextPage(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range page.Contents {
+			b, err := f.ReadFile(aws.ToString(o.Key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[aws.ToString(o.Key)] = string(b)
+		}
+	}
+	return out
+}

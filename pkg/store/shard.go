@@ -506,6 +506,8 @@ type Info struct {
 	Kind    string
 	Dir     string
 	Version uint64
+	// Epoch is the writer lease epoch of the last commit (S3 stores).
+	Epoch uint64
 	Since   uint64
 	Upper   uint64
 	// Schema is the user schema (for remap shards, the batch schema); for
@@ -539,13 +541,13 @@ func (sh *Shard) Info(ctx context.Context) (Info, error) {
 	if err != nil {
 		return Info{}, fmt.Errorf("describe %s: %w", sh.what(), err)
 	}
-	in := Info{Name: sh.name, Kind: sh.kind, Dir: sh.dir, Version: m.Version, Since: m.Since, Upper: m.Upper,
+	in := Info{Name: sh.name, Kind: sh.kind, Dir: sh.st.display(sh.dir), Version: m.Version, Epoch: m.Epoch, Since: m.Since, Upper: m.Upper,
 		Schema: gs[len(gs)-1].sc.user, Domain: m.Domain, Errors: slicesClone(m.Errors)}
 	for _, g := range gs {
 		in.Generations = append(in.Generations, Generation{Start: g.start, Schema: g.sc.user})
 	}
 	for _, b := range m.Batches {
-		in.Batches = append(in.Batches, BatchInfo{BatchMeta: b, Path: filepath.Join(sh.dir, b.File)})
+		in.Batches = append(in.Batches, BatchInfo{BatchMeta: b, Path: sh.st.display(filepath.Join(sh.dir, b.File))})
 		in.Rows += b.Rows
 		in.Bytes += b.Bytes
 	}

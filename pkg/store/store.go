@@ -251,6 +251,15 @@ func resolveLocation(ctx context.Context, loc string, opts *Options) (string, er
 	return prefix, nil
 }
 
+// display is a path of the store as users name it: for an S3 store the
+// s3:// URL of the object or prefix.
+func (s *Store) display(p string) string {
+	if bucket, _, err := ParseS3URL(s.loc); err == nil {
+		return "s3://" + bucket + "/" + s3Key(p)
+	}
+	return p
+}
+
 func isS3(loc string) bool { return strings.HasPrefix(loc, "s3://") }
 
 // ID identifies the store: 16 hex digits, made when it was created. Names
@@ -278,10 +287,7 @@ func (s *Store) Dir() string { return s.loc }
 
 // Local reports whether the store is in a local directory (not on S3):
 // only then do sockets, flock and other local state live inside it.
-func (s *Store) Local() bool {
-	_, ok := s.fs.(*S3FS)
-	return !ok && !isS3(s.loc)
-}
+func (s *Store) Local() bool { return !isS3(s.loc) }
 
 // Collections lists the collections (data shards), sorted.
 func (s *Store) Collections(ctx context.Context) ([]string, error) {
