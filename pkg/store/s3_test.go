@@ -6,12 +6,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -264,4 +267,143 @@ func snapshotS3(t testing.TB, loc string) map[string]string {
 		}
 	}
 	return out
+}
+
+// TestS3FS: listing after a name (how a shard finds newer manifests),
+// ranged reads, create-only links and missing objects, on both servers.
+func TestS3FS(t *testing.T) {
+	for _, b := range []testBackend{fakeBackend, vgwBackend} {
+		t.Run(b.name, func(t *testing.T) {
+			dir := b.dir(t)
+			f, root := baseFS(t, dir).(*S3FS), s3Path(dir)
+			put := func(name, data string, exclusive bool) error {
+				tmp, err := writeTemp(f, root, "x", []byte(data))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Remove(tmp)
+				if exclusive {
+					return f.Link(tmp, root+"/"+name)
+				}
+				return f.Rename(tmp, root+"/"+name)
+			}
+			for v := uint64(1); v <= 5; v++ {
+				if err := put(manifestName(v), fmt.Sprint("m", v), true); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := put("00001-batch.arrow", "0123456789", false); err != nil {
+				t.Fatal(err)
+			}
+			if err := put(manifestName(3), "again", true); !errors.Is(err, fs.ErrExist) {
+				t.Fatalf("second create-only link of a manifest: %v, want fs.ErrExist", err)
+			}
+			ents, err := f.ListAfter(root, manifestPrefix, manifestName(3))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			if want := []string{manifestName(4), manifestName(5)}; fmt.Sprint(names) != fmt.Sprint(want) {
+				t.Fatalf("list after version 3: %v, want %v", names, want)
+			}
+			if ents, _ := f.ListAfter(root, manifestPrefix, manifestName(5)); len(ents) != 0 {
+				t.Fatalf("list after the newest: %v", ents)
+			}
+			all, err := f.ReadDir(root)
+			if err != nil || len(all) != 6 {
+				t.Fatalf("read dir: %d entries, %v", len(all), err)
+			}
+			o, err := f.Open(root + "/00001-batch.arrow")
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 4)
+			if n, err := o.ReadAt(buf, 3); err != nil || string(buf[:n]) != "3456" {
+				t.Fatalf("ranged read: %q, %v", buf[:n], err)
+			}
+			if n, err := o.ReadAt(buf, 8); !errors.Is(err, io.EOF) || string(buf[:n]) != "89" {
+				t.Fatalf("ranged read at the end: %q, %v", buf[:n], err)
+			}
+			if _, err := f.Open(root + "/nope"); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("open of a missing object: %v, want fs.ErrNotExist", err)
+			}
+			if _, err := f.ReadFile(root + "/nope"); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("read of a missing object: %v, want fs.ErrNotExist", err)
+			}
+		})
+	}
+}
+
+// TestS3Lease: a second writer is refused while the lease lives, takes
+// over once it expires (epoch 2, recorded in its commits), and the first
+// then commits nothing.
+func TestS3Lease(t *testing.T) {
+	for _, b := range []testBackend{fakeBackend, vgwBackend} {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			dir := b.dir(t)
+			const ttl = 600 * time.Millisecond
+			s1 := openTest(t, dir, Options{LeaseTTL: ttl})
+			sh1 := createTest(t, s1, "db.t", testFields)
+			l1, err := s1.LockSource("src")
+			if err != nil {
+				t.Fatal(err)
+			}
+			appendOne := func(sh *Shard, at uint64) error {
+				rec := buildRecord(t, testFields, []upd{{[]any{int64(at), "x"}, at, 1}})
+				defer rec.Release()
+				_, err := sh.Append(ctx, at, at+10, rec)
+				return err
+			}
+			if err := appendOne(sh1, 0); err != nil {
+				t.Fatal(err)
+			}
+			s2 := openTest(t, dir, Options{LeaseTTL: ttl})
+			if _, err := s2.LockSource("src"); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "lease epoch 1") {
+				t.Fatalf("second writer while the lease lives: %v, want ErrLocked naming epoch 1", err)
+			}
+			if !s2.LockHeld("src") {
+				t.Fatal("LockHeld: false while the lease lives")
+			}
+			// The first writer stalls: its renewals fail from now on.
+			s1.lease.mu.Lock()
+			s1.lease.etag = `"stale"`
+			s1.lease.mu.Unlock()
+			time.Sleep(ttl + 100*time.Millisecond)
+			l2, err := s2.LockSource("src")
+			if err != nil {
+				t.Fatalf("takeover after expiry: %v", err)
+			}
+			defer l2.Unlock()
+			sh2, err := s2.Shard(ctx, "db.t")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := appendOne(sh2, 10); err != nil {
+				t.Fatal(err)
+			}
+			if info, _ := sh2.Info(ctx); info.Epoch != 2 {
+				t.Fatalf("epoch of the taker's commit: %d, want 2", info.Epoch)
+			}
+			if err := appendOne(sh1, 20); !errors.Is(err, ErrLeaseLost) {
+				t.Fatalf("append by the writer that lost its lease: %v, want ErrLeaseLost", err)
+			}
+			if sh2.Refresh(ctx); sh2.Upper() != 20 {
+				t.Fatalf("upper %d after the old writer's attempt, want 20", sh2.Upper())
+			}
+			l1.Unlock()
+			// Released, the lease is free at once.
+			if err := l2.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+			l3, err := openTest(t, dir, Options{}).LockSource("src")
+			if err != nil {
+				t.Fatalf("lock after release: %v", err)
+			}
+			l3.Unlock()
+		})
+	}
 }
