@@ -508,8 +508,8 @@ type Info struct {
 	Version uint64
 	// Epoch is the writer lease epoch of the last commit (S3 stores).
 	Epoch uint64
-	Since   uint64
-	Upper   uint64
+	Since uint64
+	Upper uint64
 	// Schema is the user schema (for remap shards, the batch schema); for
 	// a collection, its latest generation's.
 	Schema *arrow.Schema
