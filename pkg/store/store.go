@@ -162,9 +162,12 @@ func Open(ctx context.Context, loc string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", loc, err)
 	}
 	if st, ok := s.fs.(interface{ SelfTest(dir string) error }); ok {
-		if err := st.SelfTest(dir); err != nil {
+		if err := st.SelfTest(dir); errors.Is(err, errNoConditionalWrites) {
 			return nil, hint.Wrap(fmt.Errorf("open store %s: %w", loc, err),
 				"the store needs create-only writes (If-None-Match: *) to commit safely; use AWS S3 or a server that implements them (versitygw, MinIO)")
+		} else if err != nil {
+			return nil, hint.Wrap(fmt.Errorf("open store %s: %w", loc, err),
+				"check the bucket name and the AWS environment (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE); see docs/operations.md")
 		}
 	}
 	path := filepath.Join(dir, storeFile)
