@@ -331,13 +331,7 @@ func TestCleanup(t *testing.T) {
 	clock := func() time.Time { return now }
 	s := openTest(t, dir, Options{Grace: time.Minute, Now: clock, KeepManifests: 3, Retain: -1})
 	sh := createTest(t, s, "db.t", testFields)
-	for i := uint64(0); i < 20; i++ {
-		rec := buildRecord(t, testFields, []upd{{[]any{int64(i), "a"}, i, 1}})
-		if _, err := sh.Append(ctx, i, i+1, rec); err != nil {
-			t.Fatal(err)
-		}
-		rec.Release()
-	}
+	appendKeys(t, sh, 0, 20)
 	stray := filepath.Join(sh.dir, tmpPrefix+"batch-stray")
 	if err := writeFileForTest(stray); err != nil {
 		t.Fatal(err)
@@ -593,4 +587,74 @@ func testLoseManifestRaceBindings(t *testing.T, b testBackend) {
 			t.Fatalf("the losing error was recorded: %+v", info.Errors)
 		}
 	})
+}
+
+// TestGCKeepsRetiredFiles: files a compaction removed from the list stay
+// for the grace period after the compaction, however old they are, so a
+// reader of an older version can finish; then cleanup removes them.
+func TestGCKeepsRetiredFiles(t *testing.T) { forBackends(t, testGCKeepsRetiredFiles) }
+
+func testGCKeepsRetiredFiles(t *testing.T, b testBackend) {
+	ctx := context.Background()
+	dir := b.dir(t)
+	now := time.Now()
+	clock := func() time.Time { return now }
+	s := openTest(t, dir, Options{Grace: time.Minute, Now: clock, KeepManifests: 2, Retain: -1})
+	sh := createTest(t, s, "db.t", testFields)
+	appendKeys(t, sh, 0, 8)
+	old, err := sh.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exist := func() (n int) {
+		for _, bi := range old.Batches {
+			if f, err := baseFS(t, dir).Open(s3Path(dir) + strings.TrimPrefix(bi.Path, dir)); err == nil {
+				f.Close()
+				n++
+			}
+		}
+		return n
+	}
+	// An hour on, the files are old; a compaction replaces them now.
+	now = now.Add(time.Hour)
+	if res, err := sh.Compact(ctx); err != nil || res.Merged == 0 {
+		t.Fatalf("compact: %+v, %v", res, err)
+	}
+	// Push the versions that list them out of the kept window, and clean up.
+	for i := uint64(8); i < 12; i++ {
+		if _, err := sh.Append(ctx, i, i+1, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := sh.Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := exist(); n != len(old.Batches) {
+		t.Fatalf("%d of the %d files replaced by the compaction a moment ago are left; a reader of the older version loses the rest", n, len(old.Batches))
+	}
+	now = now.Add(2 * time.Minute)
+	for i := uint64(12); i < 13; i++ {
+		if _, err := sh.Append(ctx, i, i+1, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := sh.Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := exist(); n != 0 {
+		t.Fatalf("%d retired files left after the grace period", n)
+	}
+}
+
+// appendKeys appends, for each i in [lo, hi), the row (i, "a") at time i
+// over [i, i+1).
+func appendKeys(t *testing.T, sh *Shard, lo, hi uint64) {
+	t.Helper()
+	for i := lo; i < hi; i++ {
+		rec := buildRecord(t, testFields, []upd{{[]any{int64(i), "a"}, i, 1}})
+		if _, err := sh.Append(context.Background(), i, i+1, rec); err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+	}
 }

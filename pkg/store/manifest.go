@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
 
@@ -73,6 +74,38 @@ type Manifest struct {
 	// Epoch is the writer lease epoch (S3 stores) of the last writer
 	// that committed: a writer of a lower epoch commits no more.
 	Epoch uint64 `json:"epoch,omitempty"`
+	// Retired are the batch files a compaction removed from the list, with
+	// when (Unix ms): cleanup keeps each for the grace period after that,
+	// so a reader of an older version can finish. Carried forward by every
+	// commit until then.
+	Retired []RetiredFile `json:"retired,omitempty"`
+}
+
+// RetiredFile is a batch file no longer listed since At (Unix ms).
+type RetiredFile struct {
+	File string `json:"file"`
+	At   int64  `json:"at"`
+}
+
+// retire records in next the files of base that next no longer lists, at
+// now, and forgets retirements older than grace.
+func retire(base, next *Manifest, now time.Time, grace time.Duration) {
+	listed := map[string]bool{}
+	for _, b := range next.Batches {
+		listed[b.File] = true
+	}
+	var out []RetiredFile
+	for _, r := range base.Retired {
+		if now.Sub(time.UnixMilli(r.At)) < grace && !listed[r.File] {
+			out = append(out, r)
+		}
+	}
+	for _, b := range base.Batches {
+		if !listed[b.File] {
+			out = append(out, RetiredFile{File: b.File, At: now.UnixMilli()})
+		}
+	}
+	next.Retired = out
 }
 
 // ColumnInfo describes one user column.
@@ -291,6 +324,7 @@ func (m *Manifest) clone() *Manifest {
 	c.Generations = slicesClone(m.Generations)
 	c.Batches = slicesClone(m.Batches) // groups are never modified: shared
 	c.Errors = slicesClone(m.Errors)
+	c.Retired = slicesClone(m.Retired)
 	if m.LastBinding != nil {
 		lb := *m.LastBinding
 		c.LastBinding = &lb
