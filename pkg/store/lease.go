@@ -51,8 +51,8 @@ type lease struct {
 	// etag of our last write: the next renewal is If-Match on it.
 	etag string
 	// valid is when our hold lapses, measured on the monotonic clock from
-	// the start of the last successful write: a writer paused past it
-	// commits nothing.
+	// the start of the last successful write (3/4 of the TTL after it): a
+	// writer paused past it commits nothing.
 	valid time.Time
 	lost  error
 	stop  chan struct{}
@@ -161,7 +161,9 @@ func (l *lease) write(etag string, create bool) error {
 	}
 	l.mu.Lock()
 	l.etag = aws.ToString(out.ETag)
-	l.valid = start.Add(l.ttl)
+	// A quarter of the TTL short of what others read in the object: the
+	// margin for clock skew and for a commit's request in flight.
+	l.valid = start.Add(l.ttl - l.ttl/4)
 	l.mu.Unlock()
 	return nil
 }
@@ -203,7 +205,7 @@ func (l *lease) check() error {
 		return l.lost
 	}
 	if !time.Now().Before(l.valid) {
-		return fmt.Errorf("%w: not renewed for %s (epoch %d); another writer may hold it now", ErrLeaseLost, l.ttl, l.doc.Epoch)
+		return fmt.Errorf("%w: not renewed within %s (epoch %d); another writer may hold it now", ErrLeaseLost, l.ttl-l.ttl/4, l.doc.Epoch)
 	}
 	return nil
 }

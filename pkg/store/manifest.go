@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"sort"
 	"strconv"
 	"strings"
@@ -79,6 +80,10 @@ type Manifest struct {
 	// so a reader of an older version can finish. Carried forward by every
 	// commit until then.
 	Retired []RetiredFile `json:"retired,omitempty"`
+	// Checksum is "crc32c:<8 hex>": CRC-32C of the file without this
+	// field (encodeManifest); it must stay the last field. A manifest
+	// without it (written before it existed) is read unchecked.
+	Checksum string `json:"checksum,omitempty"`
 }
 
 // RetiredFile is a batch file no longer listed since At (Unix ms).
@@ -191,15 +196,54 @@ func parseManifestName(name string) (uint64, bool) {
 
 // encodeManifest renders a manifest (pure).
 func encodeManifest(m *Manifest) ([]byte, error) {
-	b, err := json.MarshalIndent(m, "", "  ")
+	c := *m
+	c.Checksum = ""
+	b, err := json.MarshalIndent(&c, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("encode manifest: %w", err)
 	}
-	return append(b, '\n'), nil
+	b = append(b, '\n')
+	// The checksum goes last: before the closing brace.
+	sum := fmt.Sprintf("%s%s%08x\"", checksumKey, checksumAlgo, crc32.Checksum(b, castagnoli))
+	end := bytes.LastIndexByte(b, '}')
+	return append(append(b[:end-1:end-1], sum...), b[end-1:]...), nil
+}
+
+const (
+	checksumKey  = ",\n  \"checksum\": \""
+	checksumAlgo = "crc32c:"
+)
+
+// checkManifestSum verifies a manifest's checksum, if it has one: the
+// CRC-32C of the file with the checksum field cut out.
+func checkManifestSum(b []byte) error {
+	at := bytes.LastIndex(b, []byte(checksumKey))
+	if at < 0 {
+		if bytes.Contains(b, []byte(`"checksum"`)) {
+			return fmt.Errorf("decode manifest: the checksum is not where rtrctl writes it (last, indented): the manifest was rewritten after it was written")
+		}
+		return nil
+	}
+	val := b[at+len(checksumKey):]
+	q := bytes.IndexByte(val, '"')
+	if q < 0 {
+		return fmt.Errorf("decode manifest: unterminated checksum")
+	}
+	want := string(val[:q])
+	rest := val[q+1:]
+	without := append(append(make([]byte, 0, len(b)), b[:at]...), rest...)
+	got := fmt.Sprintf("%s%08x", checksumAlgo, crc32.Checksum(without, castagnoli))
+	if got != want {
+		return fmt.Errorf("decode manifest: checksum mismatch (file says %s, contents give %s): the manifest was changed after it was written", want, got)
+	}
+	return nil
 }
 
 // decodeManifest parses and checks a manifest (pure).
 func decodeManifest(b []byte) (*Manifest, error) {
+	if err := checkManifestSum(b); err != nil {
+		return nil, err
+	}
 	var m Manifest
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(&m); err != nil {
