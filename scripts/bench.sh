@@ -32,6 +32,23 @@ echo '| --- | --- |'
 grep -h '^Benchmark' "$out/store.txt" "$out/pipe.txt" | awk '{ for (i = 1; i <= NF; i++) if ($(i+1) == "rows/s") printf "| %s | %.2fM |\n", $1, $i / 1e6 }'
 echo
 
+echo "## Store backends: 1Mi rows in 8 commits, then read as of the last time (GOMAXPROCS=1)"
+echo
+GOMAXPROCS=1 go test -run '^$' -bench 'BenchmarkBackends' -benchtime 3x ./pkg/store/ | tee "$out/backends.txt" >/dev/null
+echo '| backend | append (rows/s) | ratio to local | read (rows/s) | ratio to local |'
+echo '| --- | --- | --- | --- | --- |'
+awk '/^BenchmarkBackends\// {
+	split($1, p, "/"); for (i = 1; i <= NF; i++) if ($(i+1) == "rows/s") r[p[2] "/" p[3]] = $i
+	if (!(p[2] in seen)) { seen[p[2]] = 1; order[++n] = p[2] }
+} END {
+	for (k = 1; k <= n; k++) { b = order[k]
+		printf "| %s | %.2fM | %.2f | %.2fM | %.2f |\n", b, r[b "/append"] / 1e6, r[b "/append"] / r["local/append"], r[b "/read"] / 1e6, r[b "/read"] / r["local/read"]
+	}
+}' "$out/backends.txt"
+echo
+echo "(gofakes3 in-process, versitygw on a loopback port over a local directory: the cost of the S3 protocol, not of a network.)"
+echo
+
 echo "## Whole commands: 1M rows of (int64, ~20-byte string, float64)"
 echo
 echo '| input | baseline: decode the pipe (rows/s) | store append (rows/s) | ratio | read --format arrow (rows/s) | ratio |'

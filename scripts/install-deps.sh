@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # install-deps.sh: install the Debian packages that rtrctl's integration
 # tests need: PostgreSQL 15 (server and client), MariaDB 10.11 (server and
-# client), kcat, Node.js and npm. Idempotent: installs only what is missing
-# and prints one line on success.
+# client), kcat, Node.js and npm, and the Go-built test server versitygw
+# (an S3 gateway over a directory, for the S3 store tests; go install
+# through the module proxy, version from internal/servers/versitygw.go).
+# Idempotent: installs only what is missing and prints one line on success.
 #
 #   scripts/install-deps.sh          # check, install what is missing (as root)
 #   scripts/install-deps.sh --check  # check only; exit 1 naming what is missing
@@ -41,9 +43,32 @@ missing_packages() {
   echo "${pkgs[@]}"
 }
 
+# ensure_versitygw installs versitygw into $(go env GOPATH)/bin unless the
+# pinned version is there (tests find it there, or via $RTR_VERSITYGW).
+ensure_versitygw() {
+  local root ver bin
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  ver=$(sed -n 's/^const VersityVersion = "\(.*\)"$/\1/p' "$root/internal/servers/versitygw.go")
+  bin="$(go env GOPATH | cut -d: -f1)/bin/versitygw"
+  if [ -x "$bin" ] && go version -m "$bin" 2>/dev/null | grep -q "mod[[:space:]]*github.com/versity/versitygw[[:space:]]*$ver"; then
+    return 0
+  fi
+  if [ "$check_only" -eq 1 ]; then
+    echo "install-deps: missing versitygw $ver; run: go install github.com/versity/versitygw/cmd/versitygw@$ver" >&2
+    return 1
+  fi
+  if ! out=$(GOBIN="$(dirname "$bin")" go install "github.com/versity/versitygw/cmd/versitygw@$ver" 2>&1); then
+    echo "install-deps: go install github.com/versity/versitygw/cmd/versitygw@$ver failed:" >&2
+    echo "$out" | tail -n 20 >&2
+    return 1
+  fi
+  echo "install-deps: installed versitygw $ver"
+}
+ensure_versitygw
+
 read -r -a missing <<<"$(missing_packages)"
 if [ "${#missing[@]}" -eq 0 ]; then
-  echo "install-deps: all present (postgresql-15, mariadb-server, kcat, nodejs, npm)"
+  echo "install-deps: all present (postgresql-15, mariadb-server, kcat, nodejs, npm, versitygw)"
   exit 0
 fi
 

@@ -68,14 +68,15 @@ Examples:
   rtrctl ingest --source kafka --brokers 127.0.0.1:9092 --topics orders,users \
       --envelope upsert --key-format text --value-format json --store ./data`,
 		Flags: append(sourceFlags("ingest"),
-			&cli.StringFlag{Name: "store", Usage: "the store directory (required)"},
+			&cli.StringFlag{Name: "store", Usage: "the store: a directory, or s3://BUCKET/PREFIX (AWS_* environment; docs/operations.md) (required)"},
+			&cli.DurationFlag{Name: "lease-ttl", Value: store.DefaultLeaseTTL, Usage: "s3:// stores: how long the writer lease outlives its holder; another ingest of the source takes over after it"},
 			&cli.StringFlag{Name: "source-id", Usage: "the source's id in the store (default: the --source kind, e.g. pg); kafka: the prefix of the ids <prefix>.<topic>"},
 			&cli.StringFlag{Name: "tables", Usage: "pg: comma-separated tables, named as SQL names them: public.orders,public.\"RelMix\" (default: every table of the publication); mysql: db.table,... with backticks where SQL needs them, or db.* for every table of db, tables created while the ingest runs included (required)"},
 			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "pg, mysql: snapshot connections"},
 			&cli.DurationFlag{Name: "progress-interval", Value: 5 * time.Second, Usage: "pg: how often the initial snapshot logs its progress per table"},
 			&cli.DurationFlag{Name: "interval", Value: reclock.DefaultInterval, Usage: "least time between two bindings (commits)"},
 			&cli.Int64Flag{Name: "txn-memory", Usage: "bytes of updates not yet bound (a large transaction before its commit) held in memory; beyond it they are staged in the store until their commit (default: a sixteenth of --memory-limit, at most 32 MiB; -1: never stage)"},
-			&cli.StringFlag{Name: "state-dir", Usage: "kafka upsert: where each topic keeps its state on disk, a directory per source under it (default STORE/state); safe to delete while no ingest runs (it is rebuilt from the store)"},
+			&cli.StringFlag{Name: "state-dir", Usage: "kafka upsert: where each topic keeps its state on disk, a directory per source under it (default STORE/state; for an s3:// store, $XDG_CACHE_HOME/rtrctl/state/<store id>); safe to delete while no ingest runs (it is rebuilt from the store)"},
 			&cli.Int64Flag{Name: "state-cache", Usage: "kafka upsert: bytes of memory for each topic's state (its cache and the on-disk store's; default: an eighth of --memory-limit, at most 256 MiB); the state itself lives on disk"},
 			&cli.DurationFlag{Name: "retain", Value: store.DefaultRetain, Usage: "history kept readable by background compaction"},
 			&cli.DurationFlag{Name: "compact-every", Value: time.Minute, Usage: "how often to compact (0 disables)"},
@@ -107,7 +108,7 @@ Examples:
 				return err
 			}
 			opts := ingestOptions{
-				store: c.String("store"), retain: c.Duration("retain"),
+				store: c.String("store"), retain: c.Duration("retain"), leaseTTL: c.Duration("lease-ttl"),
 				metricsAddr: c.String("metrics-addr"), metricsRemote: c.Bool("metrics-remote"),
 				run: ingest.Options{
 					Interval: c.Duration("interval"), CompactEvery: c.Duration("compact-every"),
@@ -126,6 +127,7 @@ Examples:
 type ingestOptions struct {
 	store         string
 	retain        time.Duration
+	leaseTTL      time.Duration
 	metricsAddr   string
 	metricsRemote bool
 	run           ingest.Options
@@ -133,7 +135,7 @@ type ingestOptions struct {
 
 // runIngest opens the store, serves metrics when asked and runs src.
 func runIngest(ctx context.Context, src ingest.Source, opts ingestOptions) error {
-	st, err := store.Open(ctx, opts.store, store.Options{Retain: opts.retain})
+	st, err := store.Open(ctx, opts.store, store.Options{Retain: opts.retain, LeaseTTL: opts.leaseTTL})
 	if err != nil {
 		return err
 	}

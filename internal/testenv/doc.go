@@ -16,6 +16,7 @@
 //	type MariaDB = servers.MariaDB   // DSN, URL, Addr, Connect, CreateDatabase(t), Restart
 //	type Kafka = servers.Kafka
 //	type Proxy = servers.Proxy
+//	type S3Server = servers.S3Server // Endpoint, AccessKey, SecretKey, Env()
 //
 //	func SharedPostgres(t testing.TB) *Postgres // one per test binary, or RTR_TEST_PG_DSN
 //	func SharedMariaDB(t testing.TB) *MariaDB   // one per test binary, or RTR_TEST_MYSQL_DSN
@@ -26,6 +27,7 @@
 //	func StartProxy(t testing.TB, target string) *Proxy
 //	func StartRegistry(t testing.TB, opts RegistryOptions) *Registry // Confluent-compatible schema registry (Avro), registry.go
 //	func (r *Registry) Serde(t, subject, schema string) *AvroSerde  // register + sr.Serde/hamba producer
+//	func StartVersityGW(t testing.TB, buckets ...string) *S3Server // versitygw (S3 over a directory), stopped at t.Cleanup
 //	func Main(m *testing.M)                     // TestMain: run tests, then stop shared servers
 //	func StopShared() error                     // what Main does after m.Run
 //

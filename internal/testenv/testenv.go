@@ -17,6 +17,7 @@ type (
 	MariaDBOptions     = servers.MariaDBOptions
 	Kafka              = servers.Kafka
 	Proxy              = servers.Proxy
+	S3Server           = servers.S3Server
 	Direction          = servers.Direction
 	RestartOptions     = servers.RestartOptions
 	MissingBinaryError = servers.MissingBinaryError
@@ -137,6 +138,20 @@ func StartKafka(t testing.TB, opts ...kfake.Opt) *Kafka {
 	}
 	t.Cleanup(k.Cluster.Close)
 	return k
+}
+
+// StartVersityGW starts versitygw (a real S3 gateway over a POSIX
+// directory of the test's) on a loopback port with the given buckets; it
+// is stopped at t.Cleanup. A missing binary fails the test naming the go
+// install command.
+func StartVersityGW(t testing.TB, buckets ...string) *S3Server {
+	t.Helper()
+	s, stop, err := servers.LaunchVersityGW(t.Context(), t.TempDir(), buckets...)
+	if err != nil {
+		t.Fatalf("testenv: start versitygw: %v", err)
+	}
+	t.Cleanup(func() { stop() })
+	return s
 }
 
 // StartProxy listens on a free port of 127.0.0.1 and forwards every

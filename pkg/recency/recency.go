@@ -227,7 +227,9 @@ func Wait(ctx context.Context, st *store.Store, opts Options) (Result, error) {
 		// ingest that is starting holds the lock before it rewrites the
 		// info of the run before it (and serves from then on). Wait for
 		// it; once unlocked, no ingest runs and the direct path says so.
-		if !st.LockHeld(src) || !time.Now().Before(deadline) {
+		if !st.Local() || !st.LockHeld(src) || !time.Now().Before(deadline) {
+			// On object storage the socket may be on another host: wait
+			// on the store itself (new manifest versions).
 			break
 		}
 		if err := sleepCtx(ctx, min(20*time.Millisecond, time.Until(deadline))); err != nil {

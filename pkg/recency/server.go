@@ -170,10 +170,14 @@ func SocketPath(storeDir, source string) string {
 		}
 	}
 	p := filepath.Join(storeDir, "sources", b.String()+".sock")
-	if abs, err := filepath.Abs(p); err == nil {
+	if strings.Contains(storeDir, "://") {
+		// A store on object storage (s3://): the socket is local to the
+		// ingest's host, in the temporary directory.
+		p = storeDir + "/sources/" + b.String()
+	} else if abs, err := filepath.Abs(p); err == nil {
 		p = abs
 	}
-	if len(p) < 100 {
+	if len(p) < 100 && !strings.Contains(storeDir, "://") {
 		return p
 	}
 	h := sha256.Sum256([]byte(p))

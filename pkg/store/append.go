@@ -198,6 +198,12 @@ func (sh *Shard) casAppend(ctx context.Context, expected, newUpper uint64, ops c
 			removeBatch()
 			return AppendResult{}, err
 		}
+		// A writer holding a lease (S3) that lost it, or that a later
+		// holder has committed after, stops here.
+		if _, err := sh.st.fence(m.Epoch); err != nil {
+			removeBatch()
+			return AppendResult{}, fmt.Errorf("append %s: %w", sh.name, err)
+		}
 		if ops.check != nil {
 			if err := ops.check(m); err != nil {
 				removeBatch()

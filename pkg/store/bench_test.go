@@ -103,3 +103,50 @@ func BenchmarkReadAsOf(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBackends appends 1Mi rows as eight commits (eight batches)
+// and reads them as of the last time, on the local directory, gofakes3
+// and versitygw, so make bench can print the S3 backends' rates beside
+// the local one's.
+func BenchmarkBackends(b *testing.B) {
+	const n, parts = 1 << 20, 8
+	recs := make([]arrow.Record, parts)
+	for p := range recs {
+		recs[p] = benchRecord(n/parts, 1000*uint64(p), 1000, 0.1, uint64(p))
+		defer recs[p].Release()
+	}
+	ctx := context.Background()
+	outer := b // stores outlive the sub-benchmark that writes them
+	for _, be := range allBackends {
+		var sh *Shard
+		b.Run(be.name+"/append", func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				sh = createTest(b, openTest(b, be.dir(outer), Options{}), "bench.t", benchFields)
+				b.StartTimer()
+				for p, rec := range recs {
+					if _, err := sh.Append(ctx, 1000*uint64(p), 1000*uint64(p+1), rec); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+		})
+		b.Run(be.name+"/read", func(b *testing.B) {
+			// A new handle, as a reader in another process.
+			rsh, err := openTest(b, sh.st.loc, Options{}).Shard(ctx, "bench.t")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				rec, err := rsh.ReadAsOf(ctx, 1000*parts-1)
+				if err != nil {
+					b.Fatal(err)
+				}
+				rec.Release()
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+		})
+	}
+}

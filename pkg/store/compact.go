@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 )
 
 // CompactResult reports what a compaction of one shard did.
@@ -159,6 +160,7 @@ func (sh *Shard) Compact(ctx context.Context) (CompactResult, error) {
 				res.GaveUp = true
 				break
 			}
+			retire(m, next, sh.st.opts.Now(), sh.st.opts.Grace)
 			linked, err := sh.commit(ctx, next)
 			if errors.Is(err, errLostRace) {
 				if m, err = sh.refresh(ctx); err != nil {
@@ -332,6 +334,7 @@ func (sh *Shard) gc(ctx context.Context) (int, error) {
 		versions = versions[:keep]
 	}
 	referenced := map[string]bool{}
+	now := sh.st.opts.Now()
 	for _, v := range versions {
 		b, err := readFile(sh.st.fs, filepath.Join(sh.dir, manifestName(v)))
 		if err != nil {
@@ -346,8 +349,14 @@ func (sh *Shard) gc(ctx context.Context) (int, error) {
 		for _, bm := range m.Batches {
 			referenced[bm.File] = true
 		}
+		// Replaced by a compaction less than the grace period ago: a
+		// reader of an older version may still be reading it.
+		for _, r := range m.Retired {
+			if now.Sub(time.UnixMilli(r.At)) < sh.st.opts.Grace {
+				referenced[r.File] = true
+			}
+		}
 	}
-	now := sh.st.opts.Now()
 	for _, e := range ents {
 		if !strings.HasSuffix(e.Name(), ".arrow") || strings.HasPrefix(e.Name(), tmpPrefix) || referenced[e.Name()] {
 			continue

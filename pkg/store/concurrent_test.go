@@ -17,9 +17,11 @@ import (
 // (as two processes would have), on one shard: every version has exactly
 // one winner, losers get *UpperMismatchError, and the shard holds exactly
 // the winners' updates.
-func TestConcurrentWriters(t *testing.T) {
+func TestConcurrentWriters(t *testing.T) { forBackends(t, testConcurrentWriters) }
+
+func testConcurrentWriters(t *testing.T, b testBackend) {
 	ctx := context.Background()
-	dir := t.TempDir()
+	dir := b.dir(t)
 	createTest(t, openTest(t, dir, Options{}), "db.t", testFields)
 	const commitsWanted = 60
 	var mu sync.Mutex
@@ -92,7 +94,7 @@ func TestConcurrentWriters(t *testing.T) {
 // raceFS runs hook before the first Link to a manifest, so a competing
 // writer deterministically takes the version first.
 type raceFS struct {
-	OSFS
+	FS
 	once sync.Once
 	hook func()
 }
@@ -101,12 +103,14 @@ func (f *raceFS) Link(oldpath, newpath string) error {
 	if strings.HasPrefix(filepath.Base(newpath), manifestPrefix) {
 		f.once.Do(f.hook)
 	}
-	return f.OSFS.Link(oldpath, newpath)
+	return f.FS.Link(oldpath, newpath)
 }
 
 // TestLoseManifestRace makes another writer create version N+1 between
 // this writer's batch write and its manifest link.
-func TestLoseManifestRace(t *testing.T) {
+func TestLoseManifestRace(t *testing.T) { forBackends(t, testLoseManifestRace) }
+
+func testLoseManifestRace(t *testing.T, b testBackend) {
 	tests := []struct {
 		name       string
 		competitor func(ctx context.Context, sh *Shard) error
@@ -126,7 +130,7 @@ func TestLoseManifestRace(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			dir := t.TempDir()
+			dir := b.dir(t)
 			base := createTest(t, openTest(t, dir, Options{}), "db.t", testFields)
 			for i := uint64(0); i < 2; i++ {
 				rec := buildRecord(t, testFields, []upd{{[]any{int64(i), "x"}, 5 * i, 1}})
@@ -140,7 +144,7 @@ func TestLoseManifestRace(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rfs := &raceFS{}
+			rfs := &raceFS{FS: baseFS(t, dir)}
 			rfs.hook = func() {
 				if err := tc.competitor(ctx, osh); err != nil {
 					t.Errorf("competitor: %v", err)
@@ -179,7 +183,8 @@ func TestLoseManifestRace(t *testing.T) {
 func batchFiles(t *testing.T, dir string) []string {
 	t.Helper()
 	var out []string
-	ents, err := OSFS{}.ReadDir(dir)
+	fsys, dir := baseFS(t, dir), s3Path(dir)
+	ents, err := fsys.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +198,7 @@ func batchFiles(t *testing.T, dir string) []string {
 
 // faultFS fails the n-th call of one operation.
 type faultFS struct {
-	OSFS
+	FS
 	op   string // "write", "sync", "rename", "link", "syncdir"
 	n    int
 	seen int
@@ -210,7 +215,7 @@ func (f *faultFS) hit(op string) bool {
 }
 
 func (f *faultFS) CreateTemp(dir, prefix string) (File, error) {
-	file, err := f.OSFS.CreateTemp(dir, prefix)
+	file, err := f.FS.CreateTemp(dir, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -221,21 +226,21 @@ func (f *faultFS) Rename(a, b string) error {
 	if f.hit("rename") {
 		return errInjected
 	}
-	return f.OSFS.Rename(a, b)
+	return f.FS.Rename(a, b)
 }
 
 func (f *faultFS) Link(a, b string) error {
 	if f.hit("link") {
 		return errInjected
 	}
-	return f.OSFS.Link(a, b)
+	return f.FS.Link(a, b)
 }
 
 func (f *faultFS) SyncDir(d string) error {
 	if f.hit("syncdir") {
 		return errInjected
 	}
-	return f.OSFS.SyncDir(d)
+	return f.FS.SyncDir(d)
 }
 
 type faultFile struct {
@@ -260,7 +265,9 @@ func (f *faultFile) Sync() error {
 // TestInjectedFailures fails each step of an append in turn: the append
 // returns the error and the store is byte for byte as it was, and a
 // retry succeeds.
-func TestInjectedFailures(t *testing.T) {
+func TestInjectedFailures(t *testing.T) { forBackends(t, testInjectedFailures) }
+
+func testInjectedFailures(t *testing.T, b testBackend) {
 	tests := []struct {
 		op string
 		n  int
@@ -276,7 +283,7 @@ func TestInjectedFailures(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(fmt.Sprintf("%s#%d", tc.op, tc.n), func(t *testing.T) {
 			ctx := context.Background()
-			dir := t.TempDir()
+			dir := b.dir(t)
 			base := createTest(t, openTest(t, dir, Options{}), "db.t", testFields)
 			rec0 := buildRecord(t, testFields, []upd{{[]any{int64(1), "a"}, 1, 1}})
 			if _, err := base.Append(ctx, 0, 10, rec0); err != nil {
@@ -284,7 +291,7 @@ func TestInjectedFailures(t *testing.T) {
 			}
 			rec0.Release()
 			before := snapshotDir(t, dir)
-			ffs := &faultFS{op: tc.op, n: tc.n}
+			ffs := &faultFS{FS: baseFS(t, dir), op: tc.op, n: tc.n}
 			sh, err := openTest(t, dir, Options{FS: ffs}).Shard(ctx, "db.t")
 			if err != nil {
 				t.Fatal(err)
@@ -324,13 +331,7 @@ func TestCleanup(t *testing.T) {
 	clock := func() time.Time { return now }
 	s := openTest(t, dir, Options{Grace: time.Minute, Now: clock, KeepManifests: 3, Retain: -1})
 	sh := createTest(t, s, "db.t", testFields)
-	for i := uint64(0); i < 20; i++ {
-		rec := buildRecord(t, testFields, []upd{{[]any{int64(i), "a"}, i, 1}})
-		if _, err := sh.Append(ctx, i, i+1, rec); err != nil {
-			t.Fatal(err)
-		}
-		rec.Release()
-	}
+	appendKeys(t, sh, 0, 20)
 	stray := filepath.Join(sh.dir, tmpPrefix+"batch-stray")
 	if err := writeFileForTest(stray); err != nil {
 		t.Fatal(err)
@@ -391,7 +392,9 @@ func writeFileForTest(path string) error {
 	return OSFS{}.Rename(f.Name(), path)
 }
 
-func TestBindings(t *testing.T) {
+func TestBindings(t *testing.T) { forBackends(t, testBindings) }
+
+func testBindings(t *testing.T, b testBackend) {
 	ctx := context.Background()
 	kf := func(m map[string]uint64) frontier.Frontier {
 		f, err := frontier.New(frontier.DomainKafka, m)
@@ -400,7 +403,7 @@ func TestBindings(t *testing.T) {
 		}
 		return f
 	}
-	dir := t.TempDir()
+	dir := b.dir(t)
 	s := openTest(t, dir, Options{Retain: 25 * time.Millisecond})
 	b1 := []frontier.Binding{{Time: 1, Frontier: frontier.Empty(frontier.DomainKafka)}, {Time: 5, Frontier: kf(map[string]uint64{"0": 3})}}
 	b2 := []frontier.Binding{{Time: 12, Frontier: kf(map[string]uint64{"0": 3, "1": 2})}, {Time: 18, Frontier: kf(map[string]uint64{"0": 9, "1": 2})}}
@@ -471,7 +474,9 @@ func TestBindings(t *testing.T) {
 
 // TestLoseManifestRaceBindings is TestLoseManifestRace for a remap shard
 // and for a definite error: they commit through the same loop.
-func TestLoseManifestRaceBindings(t *testing.T) {
+func TestLoseManifestRaceBindings(t *testing.T) { forBackends(t, testLoseManifestRaceBindings) }
+
+func testLoseManifestRaceBindings(t *testing.T, b testBackend) {
 	kf := func(p uint64) frontier.Frontier {
 		f, err := frontier.New(frontier.DomainKafka, map[string]uint64{"0": p})
 		if err != nil {
@@ -505,7 +510,7 @@ func TestLoseManifestRaceBindings(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			dir := t.TempDir()
+			dir := b.dir(t)
 			st := openTest(t, dir, Options{})
 			for i, b := range base {
 				if _, err := st.AppendBindings(ctx, "src", 5*uint64(i), 5*uint64(i)+5, []frontier.Binding{b}); err != nil {
@@ -513,7 +518,7 @@ func TestLoseManifestRaceBindings(t *testing.T) {
 				}
 			}
 			other := openTest(t, dir, Options{Retain: 3 * time.Millisecond})
-			rfs := &raceFS{}
+			rfs := &raceFS{FS: baseFS(t, dir)}
 			rfs.hook = func() {
 				if err := tc.competitor(ctx, other); err != nil {
 					t.Errorf("competitor: %v", err)
@@ -557,13 +562,13 @@ func TestLoseManifestRaceBindings(t *testing.T) {
 
 	t.Run("error loses to an append", func(t *testing.T) {
 		ctx := context.Background()
-		dir := t.TempDir()
+		dir := b.dir(t)
 		createTest(t, openTest(t, dir, Options{}), "db.t", testFields)
 		osh, err := openTest(t, dir, Options{}).Shard(ctx, "db.t")
 		if err != nil {
 			t.Fatal(err)
 		}
-		rfs := &raceFS{}
+		rfs := &raceFS{FS: baseFS(t, dir)}
 		rfs.hook = func() {
 			if _, err := osh.Append(ctx, 0, 20, nil); err != nil {
 				t.Errorf("competitor: %v", err)
@@ -582,4 +587,74 @@ func TestLoseManifestRaceBindings(t *testing.T) {
 			t.Fatalf("the losing error was recorded: %+v", info.Errors)
 		}
 	})
+}
+
+// TestGCKeepsRetiredFiles: files a compaction removed from the list stay
+// for the grace period after the compaction, however old they are, so a
+// reader of an older version can finish; then cleanup removes them.
+func TestGCKeepsRetiredFiles(t *testing.T) { forBackends(t, testGCKeepsRetiredFiles) }
+
+func testGCKeepsRetiredFiles(t *testing.T, b testBackend) {
+	ctx := context.Background()
+	dir := b.dir(t)
+	now := time.Now()
+	clock := func() time.Time { return now }
+	s := openTest(t, dir, Options{Grace: time.Minute, Now: clock, KeepManifests: 2, Retain: -1})
+	sh := createTest(t, s, "db.t", testFields)
+	appendKeys(t, sh, 0, 8)
+	old, err := sh.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exist := func() (n int) {
+		for _, bi := range old.Batches {
+			if f, err := baseFS(t, dir).Open(s3Path(dir) + strings.TrimPrefix(bi.Path, dir)); err == nil {
+				f.Close()
+				n++
+			}
+		}
+		return n
+	}
+	// An hour on, the files are old; a compaction replaces them now.
+	now = now.Add(time.Hour)
+	if res, err := sh.Compact(ctx); err != nil || res.Merged == 0 {
+		t.Fatalf("compact: %+v, %v", res, err)
+	}
+	// Push the versions that list them out of the kept window, and clean up.
+	for i := uint64(8); i < 12; i++ {
+		if _, err := sh.Append(ctx, i, i+1, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := sh.Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := exist(); n != len(old.Batches) {
+		t.Fatalf("%d of the %d files replaced by the compaction a moment ago are left; a reader of the older version loses the rest", n, len(old.Batches))
+	}
+	now = now.Add(2 * time.Minute)
+	for i := uint64(12); i < 13; i++ {
+		if _, err := sh.Append(ctx, i, i+1, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := sh.Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := exist(); n != 0 {
+		t.Fatalf("%d retired files left after the grace period", n)
+	}
+}
+
+// appendKeys appends, for each i in [lo, hi), the row (i, "a") at time i
+// over [i, i+1).
+func appendKeys(t *testing.T, sh *Shard, lo, hi uint64) {
+	t.Helper()
+	for i := lo; i < hi; i++ {
+		rec := buildRecord(t, testFields, []upd{{[]any{int64(i), "a"}, i, 1}})
+		if _, err := sh.Append(context.Background(), i, i+1, rec); err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+	}
 }

@@ -48,6 +48,13 @@ type File interface {
 	Stat() (fs.FileInfo, error)
 }
 
+// afterLister is an FS that lists only the entries of a directory whose
+// names begin with a prefix and sort after a name (S3FS): a shard finds
+// its newest manifest by listing from the version it knows.
+type afterLister interface {
+	ListAfter(dir, prefix, after string) ([]fs.DirEntry, error)
+}
+
 // OSFS is the FS of the local operating system.
 type OSFS struct{}
 
@@ -144,8 +151,11 @@ func writeTempSync(fsys FS, dir, prefix string, sync bool, fill func(io.Writer) 
 	return path, nil
 }
 
-// readFile reads a whole file.
+// readFile reads a whole file (with one request where the FS can: S3FS).
 func readFile(fsys FS, name string) ([]byte, error) {
+	if rf, ok := fsys.(interface{ ReadFile(string) ([]byte, error) }); ok {
+		return rf.ReadFile(name)
+	}
 	f, err := fsys.Open(name)
 	if err != nil {
 		return nil, err

@@ -467,8 +467,13 @@ var testFields = []arrow.Field{
 	{Name: "s", Type: arrow.BinaryTypes.String, Nullable: true},
 }
 
+// openTest opens the store at dir: a directory, or an s3:// location of
+// a test server (testBackend.dir), which gets a new S3FS of it.
 func openTest(t testing.TB, dir string, opts Options) *Store {
 	t.Helper()
+	if opts.FS == nil && isS3(dir) {
+		opts.FS = baseFS(t, dir)
+	}
 	s, err := Open(context.Background(), dir, opts)
 	if err != nil {
 		t.Fatalf("open: %v", err)

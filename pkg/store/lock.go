@@ -18,13 +18,25 @@ var ErrLocked = errors.New("locked by another process")
 // Lock is an exclusive, advisory lock on one source of a store: one
 // ingest per source. The kernel drops it when the process dies, so a
 // killed ingest never leaves a stale lock.
+//
+// On an S3 store, where there is no flock, it is a lease object renewed
+// with conditional writes (lease.go): held until released or, if the
+// holder dies or stalls, until it expires.
 type Lock struct {
-	f *os.File
+	f       *os.File
+	release func() error
 }
 
 // LockSource takes the writer lock of source in the store, failing at once
 // with ErrLocked (naming the holder's pid) when another process has it.
 func (s *Store) LockSource(source string) (*Lock, error) {
+	if f, ok := s.fs.(*S3FS); ok {
+		name, err := escapeName(source)
+		if err != nil {
+			return nil, fmt.Errorf("lock source %s: %w", source, err)
+		}
+		return s.acquireLease(f, source, name)
+	}
 	dir := filepath.Join(s.dir, "locks")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("lock source %s: %w", source, err)
@@ -51,7 +63,7 @@ func (s *Store) LockSource(source string) (*Lock, error) {
 		holder, _ := os.ReadFile(path)
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("lock source %s of store %s: %w (%s)", source, s.dir, ErrLocked, strings.TrimSpace(string(holder)))
+			return nil, fmt.Errorf("lock source %s of store %s: %w (%s)", source, s.loc, ErrLocked, strings.TrimSpace(string(holder)))
 		}
 		return nil, fmt.Errorf("lock source %s: %w", source, err)
 	}
@@ -62,6 +74,11 @@ func (s *Store) LockSource(source string) (*Lock, error) {
 
 // Unlock releases the lock.
 func (l *Lock) Unlock() error {
+	if l != nil && l.release != nil {
+		r := l.release
+		l.release = nil
+		return r()
+	}
 	if l == nil || l.f == nil {
 		return nil
 	}
@@ -78,7 +95,7 @@ func (s *Store) WriteSourceInfo(info SourceInfo) error {
 		return fmt.Errorf("write source info %s: %w", info.Source, err)
 	}
 	dir := filepath.Join(s.dir, "sources")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := s.fs.MkdirAll(dir); err != nil {
 		return fmt.Errorf("write source info %s: %w", info.Source, err)
 	}
 	b, err := json.MarshalIndent(info, "", "  ")
@@ -103,7 +120,7 @@ func (s *Store) ReadSourceInfo(source string) (SourceInfo, error) {
 	if err != nil {
 		return SourceInfo{}, fmt.Errorf("read source info %s: %w", source, err)
 	}
-	b, err := os.ReadFile(filepath.Join(s.dir, "sources", name+".json"))
+	b, err := readFile(s.fs, filepath.Join(s.dir, "sources", name+".json"))
 	if errors.Is(err, os.ErrNotExist) {
 		return SourceInfo{}, fmt.Errorf("read source info %s: %w", source, ErrNotFound)
 	}
@@ -129,6 +146,9 @@ func (s *Store) LockHeld(source string) bool {
 	name, err := escapeName(source)
 	if err != nil {
 		return false
+	}
+	if f, ok := s.fs.(*S3FS); ok {
+		return s.leaseHeld(f, name)
 	}
 	f, err := os.Open(filepath.Join(s.dir, "locks", name+".lock"))
 	if err != nil {
@@ -190,7 +210,7 @@ func (l legacySourceInfo) upstream() map[string]string {
 // RecordedSources lists the sources an ingest recorded info for (in
 // DIR/sources), whether or not they have bindings yet.
 func (s *Store) RecordedSources() ([]string, error) {
-	entries, err := os.ReadDir(filepath.Join(s.dir, "sources"))
+	entries, err := s.fs.ReadDir(filepath.Join(s.dir, "sources"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

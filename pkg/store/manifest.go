@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
 
@@ -70,6 +72,45 @@ type Manifest struct {
 	// LastBinding is a remap shard's latest binding, for validating the
 	// next append without reading batches.
 	LastBinding *BindingJSON `json:"last_binding,omitempty"`
+	// Epoch is the writer lease epoch (S3 stores) of the last writer
+	// that committed: a writer of a lower epoch commits no more.
+	Epoch uint64 `json:"epoch,omitempty"`
+	// Retired are the batch files a compaction removed from the list, with
+	// when (Unix ms): cleanup keeps each for the grace period after that,
+	// so a reader of an older version can finish. Carried forward by every
+	// commit until then.
+	Retired []RetiredFile `json:"retired,omitempty"`
+	// Checksum is "crc32c:<8 hex>": CRC-32C of the file without this
+	// field (encodeManifest); it must stay the last field. A manifest
+	// without it (written before it existed) is read unchecked.
+	Checksum string `json:"checksum,omitempty"`
+}
+
+// RetiredFile is a batch file no longer listed since At (Unix ms).
+type RetiredFile struct {
+	File string `json:"file"`
+	At   int64  `json:"at"`
+}
+
+// retire records in next the files of base that next no longer lists, at
+// now, and forgets retirements older than grace.
+func retire(base, next *Manifest, now time.Time, grace time.Duration) {
+	listed := map[string]bool{}
+	for _, b := range next.Batches {
+		listed[b.File] = true
+	}
+	var out []RetiredFile
+	for _, r := range base.Retired {
+		if now.Sub(time.UnixMilli(r.At)) < grace && !listed[r.File] {
+			out = append(out, r)
+		}
+	}
+	for _, b := range base.Batches {
+		if !listed[b.File] {
+			out = append(out, RetiredFile{File: b.File, At: now.UnixMilli()})
+		}
+	}
+	next.Retired = out
 }
 
 // ColumnInfo describes one user column.
@@ -155,15 +196,54 @@ func parseManifestName(name string) (uint64, bool) {
 
 // encodeManifest renders a manifest (pure).
 func encodeManifest(m *Manifest) ([]byte, error) {
-	b, err := json.MarshalIndent(m, "", "  ")
+	c := *m
+	c.Checksum = ""
+	b, err := json.MarshalIndent(&c, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("encode manifest: %w", err)
 	}
-	return append(b, '\n'), nil
+	b = append(b, '\n')
+	// The checksum goes last: before the closing brace.
+	sum := fmt.Sprintf("%s%s%08x\"", checksumKey, checksumAlgo, crc32.Checksum(b, castagnoli))
+	end := bytes.LastIndexByte(b, '}')
+	return append(append(b[:end-1:end-1], sum...), b[end-1:]...), nil
+}
+
+const (
+	checksumKey  = ",\n  \"checksum\": \""
+	checksumAlgo = "crc32c:"
+)
+
+// checkManifestSum verifies a manifest's checksum, if it has one: the
+// CRC-32C of the file with the checksum field cut out.
+func checkManifestSum(b []byte) error {
+	at := bytes.LastIndex(b, []byte(checksumKey))
+	if at < 0 {
+		if bytes.Contains(b, []byte(`"checksum"`)) {
+			return fmt.Errorf("decode manifest: the checksum is not where rtrctl writes it (last, indented): the manifest was rewritten after it was written")
+		}
+		return nil
+	}
+	val := b[at+len(checksumKey):]
+	q := bytes.IndexByte(val, '"')
+	if q < 0 {
+		return fmt.Errorf("decode manifest: unterminated checksum")
+	}
+	want := string(val[:q])
+	rest := val[q+1:]
+	without := append(append(make([]byte, 0, len(b)), b[:at]...), rest...)
+	got := fmt.Sprintf("%s%08x", checksumAlgo, crc32.Checksum(without, castagnoli))
+	if got != want {
+		return fmt.Errorf("decode manifest: checksum mismatch (file says %s, contents give %s): the manifest was changed after it was written", want, got)
+	}
+	return nil
 }
 
 // decodeManifest parses and checks a manifest (pure).
 func decodeManifest(b []byte) (*Manifest, error) {
+	if err := checkManifestSum(b); err != nil {
+		return nil, err
+	}
 	var m Manifest
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(&m); err != nil {
@@ -288,6 +368,7 @@ func (m *Manifest) clone() *Manifest {
 	c.Generations = slicesClone(m.Generations)
 	c.Batches = slicesClone(m.Batches) // groups are never modified: shared
 	c.Errors = slicesClone(m.Errors)
+	c.Retired = slicesClone(m.Retired)
 	if m.LastBinding != nil {
 		lb := *m.LastBinding
 		c.LastBinding = &lb

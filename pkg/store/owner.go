@@ -40,9 +40,9 @@ func (s *Store) CheckOwner(ctx context.Context, collection, source string) error
 	case source:
 		return nil
 	case "":
-		return hint.Wrap(&ownedError{fmt.Sprintf("collection %s in %s belongs to no source (its schema has no %s)", collection, s.dir, pipe.KeySource)},
+		return hint.Wrap(&ownedError{fmt.Sprintf("collection %s in %s belongs to no source (its schema has no %s)", collection, s.loc, pipe.KeySource)},
 			"ingest it into another store, or remove it")
 	}
-	return hint.Wrap(&ownedError{fmt.Sprintf("collection %s in %s belongs to source %q", collection, s.dir, owner)},
+	return hint.Wrap(&ownedError{fmt.Sprintf("collection %s in %s belongs to source %q", collection, s.loc, owner)},
 		fmt.Sprintf("a collection has one source: ingest it into another store, or pass --source-id %s to resume that source", owner))
 }

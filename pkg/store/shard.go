@@ -250,9 +250,20 @@ func (sh *Shard) refresh(ctx context.Context) (*Manifest, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("read manifest of %s: %w", sh.what(), err)
 		}
-		ents, err := sh.st.fs.ReadDir(sh.dir)
+		sh.mu.Lock()
+		known, swept := sh.cur, sh.swept
+		sh.mu.Unlock()
+		var ents []fs.DirEntry
+		var err error
+		al, after := sh.st.fs.(afterLister)
+		if after = after && swept && known != nil; after {
+			// Only the manifests newer than the one we know (S3).
+			ents, err = al.ListAfter(sh.dir, manifestPrefix, manifestName(known.Version))
+		} else {
+			ents, err = sh.st.fs.ReadDir(sh.dir)
+		}
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("open %s: no such %s in %s: %w", sh.what(), strings.Fields(sh.what())[0], sh.st.dir, ErrNotFound)
+			return nil, fmt.Errorf("open %s: no such %s in %s: %w", sh.what(), strings.Fields(sh.what())[0], sh.st.loc, ErrNotFound)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("read manifest of %s: %w", sh.what(), err)
@@ -263,8 +274,11 @@ func (sh *Shard) refresh(ctx context.Context) (*Manifest, error) {
 				v = n
 			}
 		}
+		if v == 0 && after {
+			return known, nil
+		}
 		if v == 0 {
-			return nil, fmt.Errorf("open %s: no such %s in %s: %w", sh.what(), strings.Fields(sh.what())[0], sh.st.dir, ErrNotFound)
+			return nil, fmt.Errorf("open %s: no such %s in %s: %w", sh.what(), strings.Fields(sh.what())[0], sh.st.loc, ErrNotFound)
 		}
 		sh.sweepOnce(ents)
 		sh.mu.Lock()
@@ -389,6 +403,11 @@ func (sh *Shard) commit(ctx context.Context, next *Manifest) (linked bool, err e
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("commit %s: %w", sh.what(), err)
 	}
+	epoch, err := sh.st.fence(next.Epoch)
+	if err != nil {
+		return false, fmt.Errorf("commit %s: %w", sh.what(), err)
+	}
+	next.Epoch = epoch
 	data, err := encodeManifest(next)
 	if err != nil {
 		return false, fmt.Errorf("commit %s: %w", sh.what(), err)
@@ -490,8 +509,10 @@ type Info struct {
 	Kind    string
 	Dir     string
 	Version uint64
-	Since   uint64
-	Upper   uint64
+	// Epoch is the writer lease epoch of the last commit (S3 stores).
+	Epoch uint64
+	Since uint64
+	Upper uint64
 	// Schema is the user schema (for remap shards, the batch schema); for
 	// a collection, its latest generation's.
 	Schema *arrow.Schema
@@ -523,13 +544,13 @@ func (sh *Shard) Info(ctx context.Context) (Info, error) {
 	if err != nil {
 		return Info{}, fmt.Errorf("describe %s: %w", sh.what(), err)
 	}
-	in := Info{Name: sh.name, Kind: sh.kind, Dir: sh.dir, Version: m.Version, Since: m.Since, Upper: m.Upper,
+	in := Info{Name: sh.name, Kind: sh.kind, Dir: sh.st.display(sh.dir), Version: m.Version, Epoch: m.Epoch, Since: m.Since, Upper: m.Upper,
 		Schema: gs[len(gs)-1].sc.user, Domain: m.Domain, Errors: slicesClone(m.Errors)}
 	for _, g := range gs {
 		in.Generations = append(in.Generations, Generation{Start: g.start, Schema: g.sc.user})
 	}
 	for _, b := range m.Batches {
-		in.Batches = append(in.Batches, BatchInfo{BatchMeta: b, Path: filepath.Join(sh.dir, b.File)})
+		in.Batches = append(in.Batches, BatchInfo{BatchMeta: b, Path: sh.st.display(filepath.Join(sh.dir, b.File))})
 		in.Rows += b.Rows
 		in.Bytes += b.Bytes
 	}

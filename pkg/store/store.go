@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/rtrctl/rtrctl/internal/hint"
 )
 
 // Defaults of Options.
@@ -80,6 +81,9 @@ type Options struct {
 	// a data batch file; zero means DefaultGroupRows. Readers load one
 	// group of each file at a time.
 	GroupRows int
+	// LeaseTTL is how long the writer lease of a source on an S3 store
+	// lives without renewal (LockSource); zero means DefaultLeaseTTL.
+	LeaseTTL time.Duration
 	// MustExist makes Open fail with ErrNoStore instead of creating a new
 	// store (readers use it, so a typo does not create an empty store).
 	MustExist bool
@@ -112,9 +116,13 @@ func (o Options) withDefaults() Options {
 // several processes may open the same directory: every commit is a
 // compare-and-append on the filesystem.
 type Store struct {
-	dir  string
+	dir  string // the store's root in fs: a local directory, or a key prefix
+	loc  string // the location as given: a directory or s3://bucket/prefix
 	opts Options
 	fs   FS
+	// lease is the writer lease of an S3 store's source, when this
+	// handle holds one (lease.go); its epoch goes into every manifest.
+	lease *lease
 
 	id     string
 	mu     sync.Mutex
@@ -137,57 +145,75 @@ type storeMeta struct {
 	ID string `json:"id,omitempty"`
 }
 
-// Open opens the store in dir, creating it on first use.
-func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
+// Open opens the store at loc, creating it on first use. loc is a local
+// directory (a path, or a file:// URL) or s3://bucket/prefix: a store on
+// S3 or an S3-compatible server, with the client made from the AWS
+// environment (NewS3Client) unless opts.FS is given (an FS on that
+// bucket). An S3 store's bucket must honour conditional writes: Open
+// checks (S3FS.SelfTest) and refuses one that does not.
+func Open(ctx context.Context, loc string, opts Options) (*Store, error) {
+	dir, err := resolveLocation(ctx, loc, &opts)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", loc, err)
+	}
 	opts = opts.withDefaults()
-	s := &Store{dir: dir, opts: opts, fs: opts.FS, shards: map[string]*Shard{}}
+	s := &Store{dir: dir, loc: loc, opts: opts, fs: opts.FS, shards: map[string]*Shard{}}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("open store %s: %w", dir, err)
+		return nil, fmt.Errorf("open store %s: %w", loc, err)
+	}
+	if st, ok := s.fs.(interface{ SelfTest(dir string) error }); ok {
+		if err := st.SelfTest(dir); errors.Is(err, errNoConditionalWrites) {
+			return nil, hint.Wrap(fmt.Errorf("open store %s: %w", loc, err),
+				"the store needs create-only writes (If-None-Match: *) to commit safely; use AWS S3 or a server that implements them (versitygw, MinIO)")
+		} else if err != nil {
+			return nil, hint.Wrap(fmt.Errorf("open store %s: %w", loc, err),
+				"check the bucket name and the AWS environment (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE); see docs/operations.md")
+		}
 	}
 	path := filepath.Join(dir, storeFile)
 	if _, err := readFile(s.fs, path); errors.Is(err, fs.ErrNotExist) {
 		if opts.MustExist {
-			return nil, fmt.Errorf("open store %s: %w (create one with 'rtrctl store append' or 'rtrctl ingest')", dir, ErrNoStore)
+			return nil, fmt.Errorf("open store %s: %w (create one with 'rtrctl store append' or 'rtrctl ingest')", loc, ErrNoStore)
 		}
 		if names, err := s.fs.ReadDir(dir); err == nil && !onlyStoreEntries(names) {
-			return nil, fmt.Errorf("open store %s: the directory is not empty and holds no %s; point the store at an empty or new directory: %w", dir, storeFile, ErrNoStore)
+			return nil, fmt.Errorf("open store %s: the directory is not empty and holds no %s; point the store at an empty or new directory: %w", loc, storeFile, ErrNoStore)
 		}
 	}
 	for _, d := range []string{dir, filepath.Join(dir, dataDir), filepath.Join(dir, remapDir)} {
 		if err := s.fs.MkdirAll(d); err != nil {
-			return nil, fmt.Errorf("open store %s: %w", dir, err)
+			return nil, fmt.Errorf("open store %s: %w", loc, err)
 		}
 	}
 	b, err := readFile(s.fs, path)
 	if errors.Is(err, fs.ErrNotExist) {
 		var id [8]byte
 		if _, err := rand.Read(id[:]); err != nil {
-			return nil, fmt.Errorf("open store %s: %w", dir, err)
+			return nil, fmt.Errorf("open store %s: %w", loc, err)
 		}
 		meta, _ := json.MarshalIndent(storeMeta{Format: FormatVersion, Created: opts.Now().UTC().Format(time.RFC3339), ID: hex.EncodeToString(id[:])}, "", "  ")
 		tmp, werr := writeTemp(s.fs, dir, storeFile, append(meta, '\n'))
 		if werr != nil {
-			return nil, fmt.Errorf("open store %s: %w", dir, werr)
+			return nil, fmt.Errorf("open store %s: %w", loc, werr)
 		}
 		lerr := s.fs.Link(tmp, path)
 		s.fs.Remove(tmp)
 		if lerr != nil && !errors.Is(lerr, fs.ErrExist) {
-			return nil, fmt.Errorf("open store %s: %w", dir, lerr)
+			return nil, fmt.Errorf("open store %s: %w", loc, lerr)
 		}
 		if serr := s.fs.SyncDir(dir); serr != nil {
-			return nil, fmt.Errorf("open store %s: %w", dir, serr)
+			return nil, fmt.Errorf("open store %s: %w", loc, serr)
 		}
 		b, err = readFile(s.fs, path)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open store %s: %w", dir, err)
+		return nil, fmt.Errorf("open store %s: %w", loc, err)
 	}
 	var meta storeMeta
 	if err := json.Unmarshal(b, &meta); err != nil {
-		return nil, fmt.Errorf("open store %s: %s is not a store file (%v); point --store at an rtrctl store directory", dir, storeFile, err)
+		return nil, fmt.Errorf("open store %s: %s is not a store file (%v); point --store at an rtrctl store directory", loc, storeFile, err)
 	}
 	if meta.Format != FormatVersion {
-		return nil, fmt.Errorf("open store %s: format version %d, this rtrctl reads version %d; use a matching rtrctl", dir, meta.Format, FormatVersion)
+		return nil, fmt.Errorf("open store %s: format version %d, this rtrctl reads version %d; use a matching rtrctl", loc, meta.Format, FormatVersion)
 	}
 	s.id = meta.ID
 	if s.id == "" {
@@ -196,6 +222,48 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	return s, nil
 }
+
+// resolveLocation turns a store location into the root path in its FS,
+// making the S3 FS of an s3:// location when opts has none.
+func resolveLocation(ctx context.Context, loc string, opts *Options) (string, error) {
+	if rest, ok := strings.CutPrefix(loc, "file://"); ok {
+		if !strings.HasPrefix(rest, "/") {
+			return "", fmt.Errorf("a file:// url needs an absolute path (file:///var/lib/rtr), got %q", loc)
+		}
+		return rest, nil
+	}
+	if !isS3(loc) {
+		return loc, nil
+	}
+	bucket, prefix, err := ParseS3URL(loc)
+	if err != nil {
+		return "", err
+	}
+	if opts.FS == nil {
+		c, err := NewS3Client(ctx)
+		if err != nil {
+			return "", err
+		}
+		f := NewS3FS(c, bucket)
+		f.ctx = context.WithoutCancel(ctx)
+		opts.FS = f
+	}
+	if prefix == "" {
+		return ".", nil
+	}
+	return prefix, nil
+}
+
+// display is a path of the store as users name it: for an S3 store the
+// s3:// URL of the object or prefix.
+func (s *Store) display(p string) string {
+	if bucket, _, err := ParseS3URL(s.loc); err == nil {
+		return "s3://" + bucket + "/" + s3Key(p)
+	}
+	return p
+}
+
+func isS3(loc string) bool { return strings.HasPrefix(loc, "s3://") }
 
 // ID identifies the store: 16 hex digits, made when it was created. Names
 // that must differ between stores (a default replication slot) use it.
@@ -216,8 +284,13 @@ func onlyStoreEntries(entries []fs.DirEntry) bool {
 	return true
 }
 
-// Dir returns the store's directory.
-func (s *Store) Dir() string { return s.dir }
+// Dir returns the store's location as given to Open: a directory, or an
+// s3:// URL.
+func (s *Store) Dir() string { return s.loc }
+
+// Local reports whether the store is in a local directory (not on S3):
+// only then do sockets, flock and other local state live inside it.
+func (s *Store) Local() bool { return !isS3(s.loc) }
 
 // Collections lists the collections (data shards), sorted.
 func (s *Store) Collections(ctx context.Context) ([]string, error) {

@@ -267,6 +267,9 @@ func TestReplay(t *testing.T) {
 // snapshotDir returns every file's bytes under dir.
 func snapshotDir(t testing.TB, dir string) map[string]string {
 	t.Helper()
+	if isS3(dir) {
+		return snapshotS3(t, dir)
+	}
 	out := map[string]string{}
 	err := filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
 		if err != nil || info.IsDir() {
