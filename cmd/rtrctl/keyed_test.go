@@ -657,6 +657,7 @@ func TestIngestKeyedSchemaChanges(t *testing.T) {
 	keyedCaughtUp(t, db, dir, p)
 	before := bindingReads(t, dir, "pg", "public.k")
 	p.kill(t)
+	firstStderr := string(p.stderr.bytes())
 	p = startProc(t, nil, args...)
 	work(false)
 	keyedCaughtUp(t, db, dir, p)
@@ -674,6 +675,12 @@ func TestIngestKeyedSchemaChanges(t *testing.T) {
 		}
 	}
 	checked := checkKeyedSnaps(t, db, dir, snaps)
+	if t.Failed() {
+		for i, s := range snaps {
+			t.Logf("txn %d: %s..%s", i+1, s.before, s.after)
+		}
+		t.Logf("stderr before the kill:\n%s", firstStderr)
+	}
 	t.Logf("%d transactions, %d bindings exact, %d compared across the kill", len(snaps), checked, len(before))
 }
 
