@@ -326,15 +326,32 @@ func (s *mySink) TxnBegin(at frontier.Time, before frontier.Frontier) error {
 // progress may go: no further than the progress before the earliest one
 // still running.
 func (s *mySink) limit(progress frontier.Frontier) (frontier.Frontier, error) {
-	for i := 0; i < len(s.jobs); {
-		j := s.jobs[i]
-		if !closed(j.done) || (j.err == nil && !progress.Covers(j.snap)) {
-			i++
-			continue
+	// The copies done are handed over together once the progress reported
+	// with them (held back by the jobs still running) covers each of
+	// them: a keyed copy is not rewound, so the first binding past its
+	// change must cover it (a binding between would read it early), and a
+	// rewound one needs every change below it held.
+	var done, running []*myResnap
+	for _, j := range s.jobs {
+		if closed(j.done) {
+			done = append(done, j)
+		} else {
+			running = append(running, j)
 		}
-		s.jobs = slices.Delete(s.jobs, i, i+1)
-		if err := s.finish(j); err != nil {
+	}
+	after := progress
+	for _, j := range running {
+		var err error
+		if after, err = frontier.Meet(after, j.limit); err != nil {
 			return frontier.Frontier{}, err
+		}
+	}
+	if len(done) > 0 && !slices.ContainsFunc(done, func(j *myResnap) bool { return j.err == nil && !after.Covers(j.snap) }) {
+		s.jobs = running
+		for _, j := range done {
+			if err := s.finish(j); err != nil {
+				return frontier.Frontier{}, err
+			}
 		}
 	}
 	lo := progress

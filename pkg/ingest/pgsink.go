@@ -271,19 +271,36 @@ func (s *pgSink) limit(position frontier.LSN) (frontier.LSN, error) {
 	if err := s.poll(position); err != nil {
 		return 0, err
 	}
-	for len(s.jobs) > 0 {
-		j := s.jobs[0]
-		if !isDone(j) || (j.err == nil && position < j.snapLSN) {
-			break
-		}
-		s.jobs = s.jobs[1:]
-		if err := s.finish(j); err != nil {
-			return 0, err
-		}
-	}
+	// What progress may report but for the jobs: no further than the last
+	// reading of the publication.
 	lo := position
 	if s.polled {
 		lo = min(lo, s.pollCap)
+	}
+	// The copies done are handed over together once the progress reported
+	// with them (held back by the jobs still running) is past each of
+	// them: a keyed copy is not rewound, so the first binding past its
+	// change must cover it (a binding between would read it early), and a
+	// rewound one needs every change below it held.
+	var done, running []*resnap
+	for _, j := range s.jobs {
+		if isDone(j) {
+			done = append(done, j)
+		} else {
+			running = append(running, j)
+		}
+	}
+	after := lo
+	for _, j := range running {
+		after = min(after, j.limit)
+	}
+	if len(done) > 0 && !slices.ContainsFunc(done, func(j *resnap) bool { return j.err == nil && after < j.snapLSN }) {
+		s.jobs = running
+		for _, j := range done {
+			if err := s.finish(j); err != nil {
+				return 0, err
+			}
+		}
 	}
 	for _, j := range s.jobs {
 		lo = min(lo, j.limit)
