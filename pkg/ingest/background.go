@@ -55,19 +55,31 @@ func (b *background) every(ctx context.Context, d time.Duration, fn func() bool)
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		t := time.NewTicker(d)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if !fn() {
-					return
-				}
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		ticking(ctx, d, func() {
+			if !fn() {
+				cancel()
 			}
-		}
+		})
 	}()
+}
+
+// ticking calls fn every d until ctx ends.
+func ticking(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if ctx.Err() != nil {
+				return // both were ready
+			}
+			fn()
+		}
+	}
 }
 
 // wait waits for the loops (after their context ended) and returns the

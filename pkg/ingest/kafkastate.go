@@ -90,20 +90,6 @@ func (u *upsertState) follow(ctx context.Context, ack Ack, log *slog.Logger) {
 	})
 }
 
-// ticking calls fn every d until ctx ends.
-func ticking(ctx context.Context, d time.Duration, fn func()) {
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			fn()
-		}
-	}
-}
-
 // openUpsertState opens topic's state in k's state directory, makes it the
 // collection as of r.Durable-1 (reused, caught up or rebuilt, as the log
 // line says) and makes it dec's backing.
