@@ -8,6 +8,17 @@
 #   SIZES="100000" scripts/bench-scale.sh  # any list of sizes
 #   ONLY=snapshot-kill SIZES=10000000 scripts/bench-scale.sh
 #                                          # only the SIGKILL-at-50% resume
+#   ONLY=mariadb-snapshot SIZES="1000000 3000000" scripts/bench-scale.sh
+#                                          # only the MariaDB initial snapshot
+#   ONLY=txn SIZES=3000000 scripts/bench-scale.sh
+#                                          # only the ingest snapshot and the
+#                                          # all-rows transaction
+#   ONLY=resnapshot SIZES="1000000 3000000" scripts/bench-scale.sh
+#                                          # only a mid-stream --resnapshot
+#   ONLY=read KEEP_STORE=/tmp/keep SIZES=3000000 scripts/bench-scale.sh
+#                                          # only the ingest steps and the
+#                                          # reads; the store is kept in
+#                                          # /tmp/keep/stN (any mode)
 #
 # Prints Markdown (docs/benchmarks.md, "Bounded memory at scale"); raw
 # /usr/bin/time output goes to bench-results/scale-*.txt.
@@ -27,7 +38,8 @@ work=$(mktemp -d /tmp/rtr-bench-scale.XXXXXX)
 services="$work/services"
 ingest_pid=
 cleanup() {
-	[ -n "$ingest_pid" ] && kill -INT "$ingest_pid" 2>/dev/null && wait "$ingest_pid" 2>/dev/null
+	# (a child too: an ingest under /usr/bin/time)
+	[ -n "$ingest_pid" ] && kill -INT "$ingest_pid" $(pgrep -P "$ingest_pid") 2>/dev/null && wait "$ingest_pid" 2>/dev/null
 	go run ./internal/testenv/cmd/rtr-services down "$services" >/dev/null 2>&1 || true
 	rm -rf "$work"
 }
@@ -118,6 +130,63 @@ snapshot_kill() {
 	rm -rf "$work/sk$N"
 }
 
+# resnapshot: the table's initial snapshot by one ingest, then a new
+# ingest with --resnapshot (the table is REPLICA IDENTITY FULL in this
+# mode) under /usr/bin/time, from its start until it logs the re-snapshot
+# done and the store holds the table past it; then SIGINT. Its peak RSS is
+# what the re-snapshot's copy costs (docs/replicate.md, "Re-snapshots").
+resnapshot() {
+	local rlog="$work/rs$N.log" s e pid got want
+	L=$(lsn); ingest; wait_ingested "$L"; stop_ingest
+	s=$(now)
+	: > "$rlog"
+	/usr/bin/time -f '%e %M' -o "$work/time.txt" "$RTRCTL" ingest ${INGEST_ARGS:-} --source pg --dsn "$DSN" --publication "pub$N" --slot "slot$N" --store "$work/st$N" --resnapshot "public.t$N" 2> "$rlog" & ingest_pid=$!
+	while ! grep -q 'msg="re-snapshot done"' "$rlog"; do
+		kill -0 "$ingest_pid" 2>/dev/null || { echo "rtrctl ingest exited; see $rlog" >&2; return 1; }
+		sleep 0.1
+	done
+	L=$(lsn); wait_ingested "$L"; e=$(now)
+	pid=$(pgrep -P "$ingest_pid") # rtrctl, under /usr/bin/time
+	kill -INT "$pid"
+	wait "$ingest_pid" || { echo "rtrctl ingest exited with status $? after SIGINT; see $rlog" >&2; return 1; }
+	ingest_pid=
+	got=$("$RTRCTL" read "$work/st$N" "public.t$N" --format csv | awk -F, 'NR > 1 { n++; s += $2 } END { printf "%d %d", n, s }')
+	want=$(psql "$DSN" -XAtF' ' -c "SELECT count(*), sum(n) FROM t$N")
+	[ "$got" = "$want" ] || { echo "after the re-snapshot the store has (rows, sum n) = $got, upstream $want" >&2; return 1; }
+	echo "ingest-resnapshot $(awk -v s="$s" -v e="$e" 'BEGIN { printf "%.2f", e - s }') $(cut -d' ' -f2 "$work/time.txt")" | tee -a "$out/scale-$N.txt" >> "$work/m.txt"
+	echo "- --resnapshot: the table is exact after it (count, sum of n: $got); $(grep -m1 'msg="re-snapshot done"' "$rlog" | grep -o 'rows=[0-9]*')" >> "$work/notes.txt"
+	sql -c "SELECT pg_drop_replication_slot('slot$N')"
+}
+
+# mariadb_snapshot: the initial snapshot of a MariaDB table of the same
+# shape (bigint, int, varchar, double, timestamp(6), tinyint), staged and
+# resumable (docs/snapshot.md, "Resuming"): \`mariadb --quick -e "SELECT *"\`
+# as the baseline, then \`rtrctl ingest --source mysql\` from its start
+# until it logs the snapshot done (VmHWM then).
+my_user=${RTR_TEST_MYSQL_DSN%%:*}; my_rest=${RTR_TEST_MYSQL_DSN#*:}; my_pass=${my_rest%%@tcp*}
+my_hp=${my_rest#*tcp(}; my_hp=${my_hp%%)*}; my_host=${my_hp%:*}; my_port=${my_hp#*:}
+mysql_() { MYSQL_PWD=$my_pass mariadb -u"$my_user" -h"$my_host" -P"$my_port" "$@"; }
+mariadb_snapshot() {
+	command -v mariadb > /dev/null || { echo "bench-scale.sh: mariadb (Debian package mariadb-client) is missing" >&2; return 1; }
+	mysql_ -e "CREATE DATABASE IF NOT EXISTS bench_scale"
+	mysql_ bench_scale -e "CREATE TABLE m$N (id bigint PRIMARY KEY, n int NOT NULL, name varchar(40), price double, at timestamp(6), ok tinyint) ENGINE=InnoDB; INSERT INTO m$N SELECT seq, seq % 1000, CONCAT('name number ', seq), seq * 0.25, TIMESTAMP('2024-01-01') + INTERVAL seq SECOND, seq % 2 FROM seq_1_to_$N; ANALYZE TABLE m$N" >> "$log"
+	mysql_ --quick bench_scale -e "SELECT * FROM m$N" > /dev/null # warm up
+	measure "mariadb-select" env MYSQL_PWD="$my_pass" mariadb -u"$my_user" -h"$my_host" -P"$my_port" --quick bench_scale -e "SELECT * FROM m$N"
+	local mlog="$work/my$N.log" s e rss
+	s=$(now)
+	"$RTRCTL" ingest --source mysql --dsn "mysql://$my_user:$my_pass@$my_host:$my_port/bench_scale" --tables "bench_scale.m$N" --store "$work/my$N" --compact-every 0 2> "$mlog" & ingest_pid=$!
+	while ! grep -q 'msg="snapshot done"' "$mlog"; do
+		kill -0 "$ingest_pid" 2>/dev/null || { echo "rtrctl ingest exited; see $mlog" >&2; return 1; }
+		sleep 0.05
+	done
+	e=$(now)
+	rss=$(awk '/^VmHWM:/ { print $2 }' "/proc/$ingest_pid/status")
+	stop_ingest
+	echo "ingest-snapshot-mariadb $(awk -v s="$s" -v e="$e" 'BEGIN { printf "%.2f", e - s }') $rss" | tee -a "$out/scale-$N.txt" >> "$work/m.txt"
+	mysql_ bench_scale -e "DROP TABLE m$N"
+	rm -rf "$work/my$N"
+}
+
 echo "## Bounded memory at scale: (bigint, int, text, float8, timestamptz, bool)"
 echo
 echo "- $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'); $(free -g | awk '/Mem:/ {print $2}') GiB; $(go version | cut -d' ' -f3)"
@@ -127,12 +196,15 @@ for N in $SIZES; do
 	: > "$work/m.txt"
 	: > "$work/notes.txt"
 	: > "$out/scale-$N.txt"
-	sql -c "CREATE TABLE t$N ($cols)" -c "ALTER TABLE t$N REPLICA IDENTITY ${IDENTITY:-DEFAULT}" -c "INSERT INTO t$N $(rows 1 "$N")" -c "VACUUM ANALYZE t$N" -c "CREATE PUBLICATION pub$N FOR TABLE t$N"
+	identity=${IDENTITY:-DEFAULT}
+	[ "${ONLY:-}" = resnapshot ] && identity=FULL
+	sql -c "CREATE TABLE t$N ($cols)" -c "ALTER TABLE t$N REPLICA IDENTITY $identity" -c "INSERT INTO t$N $(rows 1 "$N")" -c "VACUUM ANALYZE t$N" -c "CREATE PUBLICATION pub$N FOR TABLE t$N"
 	psql "$DSN" -Xqc "COPY t$N TO STDOUT (FORMAT csv)" > /dev/null # warm up
 	measure "psql-copy-csv" "$PG_BIN/psql" "$DSN" -Xqc "COPY t$N TO STDOUT (FORMAT csv)"
 	measure "psql-copy-binary" "$PG_BIN/psql" "$DSN" -Xqc "COPY t$N TO STDOUT (FORMAT binary)"
-	snapshot_kill
-	if [ "${ONLY:-}" != snapshot-kill ]; then
+	case ${ONLY:-} in "" | snapshot-kill) snapshot_kill ;; esac
+	[ "${ONLY:-}" = resnapshot ] && resnapshot
+	if [ -z "${ONLY:-}" ] || [ "$ONLY" = txn ] || [ "$ONLY" = read ]; then
 	# Ingest: the initial snapshot, until the store holds it.
 	L=$(lsn)
 	s=$(now); ingest; wait_ingested "$L"; e=$(now)
@@ -149,12 +221,16 @@ for N in $SIZES; do
 	rss=$(awk '/^VmHWM:/ { print $2 }' "/proc/$ingest_pid/status")
 	stop_ingest
 	echo "ingest-txn-update-all $(awk -v s="$s" -v e="$e" 'BEGIN { printf "%.2f", e - s }') $rss" | tee -a "$out/scale-$N.txt" >> "$work/m.txt"
+	fi
+	if [ -z "${ONLY:-}" ] || [ "$ONLY" = read ]; then
 	# History: 1% of the rows updated, so that an old time differs.
 	sql -c "UPDATE t$N SET n = n + 1 WHERE id % 100 = 0"
 	L=$(lsn); ingest; wait_ingested "$L"; stop_ingest
 	measure "read-csv" "$RTRCTL" read "$work/st$N" "public.t$N" --format csv
 	measure "read-arrow" "$RTRCTL" read "$work/st$N" "public.t$N" --format arrow
 	measure "read-as-of-old-csv" "$RTRCTL" read "$work/st$N" "public.t$N" --format csv --as-of "$old"
+	fi
+	if [ -z "${ONLY:-}" ]; then
 	# Compaction of two runs of N rows each: the collection as of the old
 	# time, then as of now, appended to a new store, merged with since
 	# advanced to the upper (so every row's two copies consolidate).
@@ -167,9 +243,13 @@ for N in $SIZES; do
 	measure "store-compact-2x$N" "$RTRCTL" --log-level warn store compact "$work/cp$N" --retain 1ms
 	"$RTRCTL" store inspect "$work/cp$N" >> "$out/scale-$N.txt"
 	rm -rf "$work/cp$N"
-	sql -c "SELECT pg_drop_replication_slot('slot$N')"
 	fi
+	[ -z "${ONLY:-}" ] || [ "$ONLY" = txn ] || [ "$ONLY" = read ] && sql -c "SELECT pg_drop_replication_slot('slot$N')"
+	case ${ONLY:-} in "" | mariadb-snapshot) mariadb_snapshot ;; esac
 	sql -c "DROP PUBLICATION pub$N" -c "DROP TABLE t$N"
+	if [ -n "${KEEP_STORE:-}" ] && [ -d "$work/st$N" ]; then
+		mkdir -p "$KEEP_STORE" && rm -rf "${KEEP_STORE:?}/st$N" && mv "$work/st$N" "$KEEP_STORE/"
+	fi
 	rm -rf "$work/st$N"
 	csv=$(awk '$1 == "psql-copy-csv" { print $2 }' "$work/m.txt")
 	echo "### $N rows"
@@ -186,4 +266,4 @@ for N in $SIZES; do
 	cat "$work/notes.txt"
 	[ -s "$work/notes.txt" ] && echo
 done
-echo "(psql-copy-*: \`psql -c \"COPY t TO STDOUT (FORMAT csv|binary)\" > /dev/null\`; read-*: \`rtrctl read STORE public.t --format csv|arrow [--as-of OLD] > /dev/null\`, OLD the time of the initial snapshot, before 1% of the rows were updated; ingest-snapshot: \`rtrctl ingest\` from start until \`rtrctl status\` shows the snapshot complete (VmHWM); ingest-txn-update-all: a new \`rtrctl ingest\` from start until it has committed one \`UPDATE t SET n = n + 1\` of all N rows (2N changes) made while none ran (VmHWM); ingest-snapshot-kill50-resume: \`rtrctl ingest\` SIGKILLed once half the chunks of its initial snapshot are recorded, then a new one, from its start until it logs the snapshot done (VmHWM); store-compact-2xN: \`rtrctl store compact --retain 1ms\` of two runs of N rows each (rows/s counts the 2N input rows). Peak RSS from \`/usr/bin/time -f %M\`. Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg).)"
+echo "(psql-copy-*: \`psql -c \"COPY t TO STDOUT (FORMAT csv|binary)\" > /dev/null\`; read-*: \`rtrctl read STORE public.t --format csv|arrow [--as-of OLD] > /dev/null\`, OLD the time of the initial snapshot, before 1% of the rows were updated; ingest-snapshot: \`rtrctl ingest\` from start until \`rtrctl status\` shows the snapshot complete (VmHWM); ingest-txn-update-all: a new \`rtrctl ingest\` from start until it has committed one \`UPDATE t SET n = n + 1\` of all N rows (2N changes) made while none ran (VmHWM); mariadb-select: \`mariadb --quick -e 'SELECT * FROM m'\` > /dev/null of the same rows in MariaDB 10.11; ingest-snapshot-mariadb: \`rtrctl ingest --source mysql\` from start until it logs the snapshot done (VmHWM); ingest-snapshot-kill50-resume: \`rtrctl ingest\` SIGKILLed once half the chunks of its initial snapshot are recorded, then a new one, from its start until it logs the snapshot done (VmHWM); ingest-resnapshot: a new \`rtrctl ingest --resnapshot\` of the table (REPLICA IDENTITY FULL), from its start until the store holds the re-snapshot; store-compact-2xN: \`rtrctl store compact --retain 1ms\` of two runs of N rows each (rows/s counts the 2N input rows). Peak RSS from \`/usr/bin/time -f %M\`. Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg).)"

@@ -27,6 +27,8 @@ func benchCommand() *cli.Command {
 			&cli.StringFlag{Name: "output", Value: "text", Usage: "text (a line per second and a summary) or json (one object; the lines go to stderr)"},
 			&cli.DurationFlag{Name: "drain-timeout", Value: bench.DefaultDrainTimeout, Usage: "how long ingest may take to catch up after the producer stops"},
 			&cli.StringFlag{Name: "plot", Usage: "write a PNG plot of the lag over time to this file"},
+			&cli.StringSliceFlag{Name: "ingest-flag", Usage: "one more flag of every 'rtrctl ingest' of the run, e.g. --ingest-flag=--state-cache=64MiB (repeatable)"},
+			&cli.StringFlag{Name: "ingest-memory-limit", Usage: "the --memory-limit of every 'rtrctl ingest' of the run (default: its own default); the bench process and its in-process broker keep theirs"},
 			&cli.StringFlag{Name: "rtrctl", Hidden: true, EnvVars: []string{envBenchRtrctl}, Usage: "the rtrctl binary to run as ingest"},
 		}
 	}
@@ -44,6 +46,8 @@ time, and the peak RSS and CPU time of the ingest process (docs/benchmarks.md).
 Examples:
   rtrctl bench kafka --records-per-second 100000 --num-seconds 30
   rtrctl bench kafka --records-per-second 50000 --num-seconds 30 --envelope upsert --restart-every 10s
+  rtrctl bench kafka --records-per-second 40000 --num-seconds 60 --envelope upsert --ingest-memory-limit 512MiB
+  rtrctl bench kafka --records-per-second 10000 --num-seconds 120 --envelope upsert --key-cardinality 10000000 --preload-keys 10000000
   rtrctl bench pg --rate 500 --num-seconds 20 --output json`,
 		Subcommands: []*cli.Command{
 			{
@@ -52,10 +56,15 @@ Examples:
 				Description: `Without --brokers an in-process broker (kfake, as 'rtrctl dev kafka') is
 started for the run. The topic (--topic, default bench) is created with
 --partitions partitions and must not exist. Keys are drawn uniformly from
---key-cardinality keys; values are --value-size random bytes.`,
+--key-cardinality keys; values are --value-size random bytes. With
+--preload-keys N, keys 0 to N-1 are produced once each before the timed
+run and ingest must have them durable before its clock starts, so an
+upsert state holds N keys throughout (uniform draws alone reach few of
+a large key space).`,
 				Flags: append(append(common(),
 					&cli.Float64Flag{Name: "records-per-second", Usage: "the producer's rate (required)"},
 					&cli.IntFlag{Name: "key-cardinality", Value: bench.DefaultKeyCardinality, Usage: "number of distinct keys"},
+					&cli.IntFlag{Name: "preload-keys", Usage: "before the timed run, produce this many distinct keys once each (at most --key-cardinality) and wait until ingest has them durable, so an upsert state starts full"},
 					&cli.IntFlag{Name: "value-size", Value: bench.DefaultValueSize, Usage: "value size in bytes"},
 					&cli.StringFlag{Name: "envelope", Value: "none", Usage: "ingest envelope: none or upsert"},
 					&cli.IntFlag{Name: "partitions", Value: bench.DefaultPartitions, Usage: "partitions of the topic"},
@@ -79,6 +88,9 @@ started for the run. The topic (--topic, default bench) is created with
 					if c.Int("partitions") < 1 {
 						return usagef("use --partitions 1 or more", "bad --partitions %d", c.Int("partitions"))
 					}
+					if n := c.Int("preload-keys"); n < 0 || n > c.Int("key-cardinality") {
+						return usagef("the preload writes keys of the run's key space once each: use at most --key-cardinality", "bad --preload-keys %d (--key-cardinality %d)", n, c.Int("key-cardinality"))
+					}
 					if e := c.String("envelope"); e != "none" && e != "upsert" {
 						return usagef("use --envelope none or --envelope upsert", "bad --envelope %q", e)
 					}
@@ -94,7 +106,7 @@ started for the run. The topic (--topic, default bench) is created with
 					cfg := bench.KafkaConfig{
 						Common: common, RecordsPerSecond: c.Float64("records-per-second"),
 						KeyCardinality: c.Int("key-cardinality"), ValueSize: c.Int("value-size"),
-						Envelope: c.String("envelope"), Partitions: c.Int("partitions"), Upstream: up, Topic: c.String("topic"),
+						Envelope: c.String("envelope"), Partitions: c.Int("partitions"), Upstream: up, Topic: c.String("topic"), PreloadKeys: c.Int("preload-keys"),
 					}
 					return runBench(c, func(ctx context.Context) (*bench.Result, error) { return bench.RunKafka(ctx, cfg) })
 				},
@@ -175,9 +187,19 @@ func benchCommon(c *cli.Context) (bench.Common, error) {
 		RestartEvery: c.Duration("restart-every"),
 		StoreDir:     c.String("store"),
 		Rtrctl:       bin,
+		IngestFlags:  c.StringSlice("ingest-flag"),
+		IngestEnv:    ingestEnv(c),
 		DrainTimeout: c.Duration("drain-timeout"),
 		Progress:     progress,
 	}, nil
+}
+
+// ingestEnv is the extra environment of the run's ingest processes.
+func ingestEnv(c *cli.Context) []string {
+	if v := c.String("ingest-memory-limit"); v != "" {
+		return []string{memoryLimitFlag.EnvVars[0] + "=" + v}
+	}
+	return nil
 }
 
 // runBench runs a benchmark and prints its summary.

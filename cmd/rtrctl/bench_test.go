@@ -119,6 +119,32 @@ func TestBenchPG(t *testing.T) {
 	}
 }
 
+// TestBenchKafkaPreload: --preload-keys writes every key once and makes
+// it durable before the timed run, whose rate does not count it.
+func TestBenchKafkaPreload(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	res, _, stderr := benchJSON(t, "kafka", "--records-per-second", "1000", "--num-seconds", "2", "--envelope", "upsert",
+		"--key-cardinality", "50000", "--preload-keys", "20000", "--store", dir)
+	if res.PreloadRecords != 20000 || res.Sent != 22000 || res.PreloadSeconds <= 0 {
+		t.Errorf("preload %d records in %g s, sent %d: want 20000 preloaded and 20000+2000 sent", res.PreloadRecords, res.PreloadSeconds, res.Sent)
+	}
+	if res.Rate > 1500 {
+		t.Errorf("rate %g records/s counts the preload (target 1000/s)", res.Rate)
+	}
+	if !strings.Contains(stderr, "preload after") {
+		t.Errorf("no preload progress on stderr:\n%s", stderr)
+	}
+	// Every preloaded key is in the upsert collection: at least 20000
+	// keys, at most 22000.
+	out, _, code := runCLI(t, "", "read", dir, "bench", "--format", "csv")
+	if code != 0 {
+		t.Fatalf("read: exit %d", code)
+	}
+	if n := strings.Count(out, "\n") - 1; n < 20000 || n > 22000 {
+		t.Errorf("the upsert collection holds %d keys after a preload of 20000 and 2000 more records", n)
+	}
+}
+
 func TestBenchUsage(t *testing.T) {
 	full := t.TempDir()
 	if err := os.WriteFile(filepath.Join(full, "x"), nil, 0o644); err != nil {
@@ -136,6 +162,7 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench", "kafka", "--records-per-second", "10", "--num-seconds", "1", "--partitions", "0"}, exitUsage, "--partitions"},
 		{[]string{"bench", "kafka", "--records-per-second", "10", "--num-seconds", "1", "extra"}, exitUsage, "unexpected argument"},
 		{[]string{"bench", "kafka", "--records-per-second", "10", "--num-seconds", "1", "--store", full}, exitError, "not empty"},
+		{[]string{"bench", "kafka", "--records-per-second", "10", "--num-seconds", "1", "--key-cardinality", "10", "--preload-keys", "11"}, exitUsage, "--preload-keys"},
 		{[]string{"bench", "pg", "--num-seconds", "1"}, exitUsage, "--rate"},
 		{[]string{"bench", "pg", "--rate", "10", "--num-seconds", "1", "--update-ratio", "2"}, exitUsage, "--update-ratio"},
 		{[]string{"bench", "kafka", "--records-per-second", "10", "--num-seconds", "1", "--bogus"}, exitUsage, "bogus"},

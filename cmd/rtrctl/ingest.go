@@ -60,24 +60,31 @@ id>/ (--state-dir) behind a cache of --state-cache bytes, reused at restart
 (logged as "upsert state reused" or "caught up"); deleting it while no ingest
 runs is safe: it is rebuilt from the store.
 
+Tables whose updates do not carry the old row (PostgreSQL replica identity
+DEFAULT or USING INDEX; MariaDB binlog_row_image MINIMAL or NOBLOB) keep their
+rows by key the same way, in STORE/state/keys/<source id>/<table>/, with at most
+--state-cache bytes of changes in memory per table.
+
 Examples:
   rtrctl ingest --source pg --dsn postgres://app@127.0.0.1/app --publication rtr --store ./data
   rtrctl ingest --source pg --publication rtr --tables public.orders,public.lines \
       --store ./data --metrics-addr 127.0.0.1:9464
   rtrctl ingest --source pg --publication rtr --store ./data --resnapshot public.orders
+  rtrctl ingest --source pg --publication rtr --store s3://cdc/orders --standby   # on a second host
   rtrctl ingest --source kafka --brokers 127.0.0.1:9092 --topics orders,users \
       --envelope upsert --key-format text --value-format json --store ./data`,
 		Flags: append(sourceFlags("ingest"),
 			&cli.StringFlag{Name: "store", Usage: "the store: a directory, or s3://BUCKET/PREFIX (AWS_* environment; docs/operations.md) (required)"},
 			&cli.DurationFlag{Name: "lease-ttl", Value: store.DefaultLeaseTTL, Usage: "s3:// stores: how long the writer lease outlives its holder; another ingest of the source takes over after it"},
+			&cli.BoolFlag{Name: "standby", Usage: "when another ingest holds the source (a local store's lock, an s3:// store's lease), wait and take over once it stops or its lease expires, instead of failing: a hot standby on this host or another"},
 			&cli.StringFlag{Name: "source-id", Usage: "the source's id in the store (default: the --source kind, e.g. pg); kafka: the prefix of the ids <prefix>.<topic>"},
 			&cli.StringFlag{Name: "tables", Usage: "pg: comma-separated tables, named as SQL names them: public.orders,public.\"RelMix\" (default: every table of the publication); mysql: db.table,... with backticks where SQL needs them, or db.* for every table of db, tables created while the ingest runs included (required)"},
 			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "pg, mysql: snapshot connections"},
-			&cli.DurationFlag{Name: "progress-interval", Value: 5 * time.Second, Usage: "pg: how often the initial snapshot logs its progress per table"},
+			&cli.DurationFlag{Name: "progress-interval", Value: 5 * time.Second, Usage: "pg, mysql: how often the initial snapshot logs its progress per table"},
 			&cli.DurationFlag{Name: "interval", Value: reclock.DefaultInterval, Usage: "least time between two bindings (commits)"},
-			&cli.Int64Flag{Name: "txn-memory", Usage: "bytes of updates not yet bound (a large transaction before its commit) held in memory; beyond it they are staged in the store until their commit (default: a sixteenth of --memory-limit, at most 32 MiB; -1: never stage)"},
-			&cli.StringFlag{Name: "state-dir", Usage: "kafka upsert: where each topic keeps its state on disk, a directory per source under it (default STORE/state; for an s3:// store, $XDG_CACHE_HOME/rtrctl/state/<store id>); safe to delete while no ingest runs (it is rebuilt from the store)"},
-			&cli.Int64Flag{Name: "state-cache", Usage: "kafka upsert: bytes of memory for each topic's state (its cache and the on-disk store's; default: an eighth of --memory-limit, at most 256 MiB); the state itself lives on disk"},
+			&cli.Int64Flag{Name: "txn-memory", Usage: "bytes of updates not yet bound (a large transaction before its commit, a re-snapshot's copy) held in memory; beyond it they are staged in the store until their commit (default: a sixteenth of --memory-limit, at most 32 MiB; -1: never stage)"},
+			&cli.StringFlag{Name: "state-dir", Usage: "kafka upsert, and tables keyed by primary key (not FULL): where each topic or table keeps its state on disk, a directory per source under it (default STORE/state; for an s3:// store, $XDG_CACHE_HOME/rtrctl/state/<store id>); safe to delete while no ingest runs (it is rebuilt from the store)"},
+			&cli.Int64Flag{Name: "state-cache", Usage: "kafka upsert, and keyed tables: bytes of memory for each topic's or table's state (its cache and the on-disk store's; default: an eighth of --memory-limit, at most 256 MiB); the state itself lives on disk"},
 			&cli.DurationFlag{Name: "retain", Value: store.DefaultRetain, Usage: "history kept readable by background compaction"},
 			&cli.DurationFlag{Name: "compact-every", Value: time.Minute, Usage: "how often to compact (0 disables)"},
 			&cli.DurationFlag{Name: "retry-for", Usage: "give up when the upstream has been failing (restarting, unreachable) this long (default: retry for ever; permanent errors such as a wrong password fail at once)"},
@@ -113,7 +120,7 @@ Examples:
 				run: ingest.Options{
 					Interval: c.Duration("interval"), CompactEvery: c.Duration("compact-every"),
 					RecencyAddr: c.String("recency-addr"), RetryFor: c.Duration("retry-for"),
-					AfterCommit: faultAfterCommit(), MemoryBudget: txnMemory,
+					AfterCommit: faultAfterCommit(), MemoryBudget: txnMemory, Standby: c.Bool("standby"),
 				},
 			}
 			if opts.run.CompactEvery == 0 {

@@ -43,7 +43,7 @@ const binDirPrefix = "rtrctl-test-bin-"
 // rtrctlBin builds ./cmd/rtrctl once per test binary and returns the path
 // of the executable. Directories of earlier test processes that are gone
 // are removed first.
-func rtrctlBin(t *testing.T) string {
+func rtrctlBin(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
 		tmp := os.TempDir()

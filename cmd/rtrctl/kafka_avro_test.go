@@ -2,23 +2,23 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/rtrctl/rtrctl/internal/servers"
 	"github.com/rtrctl/rtrctl/internal/testenv"
-	"github.com/rtrctl/rtrctl/pkg/ingest"
-	"github.com/rtrctl/rtrctl/pkg/kafkafmt"
-	"github.com/rtrctl/rtrctl/pkg/pipe"
+	"github.com/rtrctl/rtrctl/pkg/frontier"
+	"github.com/rtrctl/rtrctl/pkg/store"
 )
 
 const (
@@ -67,68 +67,191 @@ func TestKafkaAvroUpsertSIGKILL(t *testing.T) {
 	})
 }
 
-// TestKafkaAvroRecency is the recency seed scenario (TestKafkaRecency)
-// for an Avro upsert topic: fetches are delayed, so a plain read right
-// after producing misses the records, and a read as of wait-recent's
-// time has exactly all of them.
-func TestKafkaAvroRecency(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	dir, st := recencyStore(t)
-	const topic = "avrorec"
-	k, cl := slowKafka(t, topic, 300*time.Millisecond)
+// TestKafkaAvroEvolveSIGKILL: an Avro upsert topic whose value subject
+// gets versions 2, 3 and 4 (each adds a field with a default) while the
+// ingest runs, killed with SIGKILL right after the switches (within 30ms
+// of the switch's log line: before or after its generation, its contents
+// and the bindings around them are committed) and at random moments,
+// and restarted: the collection has a generation per version, each from
+// the first binding beyond a record of it, and every readable binding is
+// exact against the offset-order model, in the columns of the version
+// read then.
+func TestKafkaAvroEvolveSIGKILL(t *testing.T) {
+	const topic, versions, parts = "evo", 4, 3
+	k := testenv.StartKafka(t)
+	cl := kafkaTestTopic(t, k.Brokers, topic, parts)
 	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
-	ks, vs := reg.Serde(t, topic+"-key", avroUpsKey), reg.Serde(t, topic+"-value", avroUpsV2)
-	r, err := kafkafmt.NewRegistry(kafkafmt.RegistryConfig{URL: reg.URL})
+	// Version v: {v string, n2 ... nv: ["null","long"] default null}.
+	schema := func(v int) string {
+		fs := []string{`{"name":"v","type":"string"}`}
+		for j := 2; j <= v; j++ {
+			fs = append(fs, fmt.Sprintf(`{"name":"n%d","type":["null","long"],"default":null}`, j))
+		}
+		return `{"type":"record","name":"Val","fields":[` + strings.Join(fs, ",") + `]}`
+	}
+	ks := reg.Serde(t, topic+"-key", avroUpsKey)
+	serdes := []*testenv.AvroSerde{nil, reg.Serde(t, topic+"-value", schema(1))}
+	rnd := rand.New(rand.NewSource(11))
+	var log []*kgo.Record
+	version := map[*kgo.Record]int{} // 0: a tombstone
+	key, value := map[*kgo.Record]string{}, map[*kgo.Record]string{}
+	seq := map[*kgo.Record]int{} // the record's place in log
+	at := recordAt
+	reader := func(f frontier.Frontier) int { return readerAt(f, log, version) }
+	switched, finished := 0, 0
+	dir := kafkaSIGKILL(t, rnd, kafkaKill{
+		brokers: strings.Join(k.Brokers, ","), topic: topic,
+		args: []string{"--envelope", "upsert", "--state-cache", "1", "--key-format", "avro", "--value-format", "avro", "--schema-registry", reg.URL},
+		produce: func(n int) {
+			if len(serdes) <= versions && len(log) >= 150*len(serdes) {
+				serdes = append(serdes, reg.Serde(t, topic+"-value", schema(len(serdes))))
+			}
+			for i := 0; i < n; i++ {
+				kn := rnd.Intn(12)
+				id := fmt.Sprintf("key%02d", kn)
+				r := &kgo.Record{Topic: topic, Partition: int32(kn % parts), Key: ks.Encode(t, map[string]any{"id": id})}
+				v := fmt.Sprintf("v%d", len(log))
+				if rnd.Intn(6) != 0 { // else a tombstone
+					// The latest version or the one before: producers
+					// upgrade one by one.
+					w := max(1, len(serdes)-1-rnd.Intn(2))
+					rec := map[string]any{"v": v}
+					for j := 2; j <= w; j++ {
+						rec[fmt.Sprintf("n%d", j)] = map[string]any{"long": int64(len(log))}
+					}
+					r.Value, version[r] = serdes[w].Encode(t, rec), w
+				}
+				if err := cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+				seq[r] = len(log)
+				log = append(log, r)
+				key[r], value[r] = fmt.Sprintf(`{"id":%q}`, id), v
+			}
+		},
+		model: func(f frontier.Frontier) map[string]string {
+			model := map[string]string{}
+			rv := reader(f)
+			for _, r := range log {
+				if !f.Beyond(at(r)) {
+					continue
+				}
+				if version[r] == 0 {
+					delete(model, key[r])
+					continue
+				}
+				row := map[string]any{"v": value[r]}
+				for j := 2; j <= rv; j++ {
+					row[fmt.Sprintf("n%d", j)] = nil
+					if j <= version[r] {
+						row[fmt.Sprintf("n%d", j)] = seq[r]
+					}
+				}
+				b, _ := json.Marshal(row)
+				model[key[r]] = string(b)
+			}
+			return model
+		},
+		read: readUpsertRows,
+		killed: func(stderr string) {
+			switched += strings.Count(stderr, "the collection's columns change")
+			finished += strings.Count(stderr, "finished a switch of columns")
+		},
+		last:     func(string) {},
+		rounds:   10,
+		killWhen: func(stderr string) bool { return switchKill(stderr, log, version, len(serdes)) },
+	})
+	t.Logf("%d records; killed runs switched %d times, finished %d switches committed without their contents", len(log), switched, finished)
+	checkVersionGenerations(t, dir, topic, reader, len(serdes)-1, versions)
+}
+
+// checkVersionGenerations checks, after a kafkaSIGKILL of topic in dir
+// whose value subject got registered versions (want versions), that the
+// collection has a generation per version, each from the first binding
+// beyond a record of it (reader: the version read as of a frontier).
+func checkVersionGenerations(t *testing.T, dir, topic string, reader func(frontier.Frontier) int, registered, versions int) {
+	t.Helper()
+	st, err := store.Open(context.Background(), dir, store.Options{MustExist: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		err := ingest.Run(ctx, ingest.NewKafka(ingest.KafkaConfig{Upstream: k.Upstream(), Topics: []string{topic}, Envelope: "upsert",
-			KeyFormat: "avro", ValueFormat: "avro", Registry: r}), st, ingest.Options{})
-		if err != nil && ctx.Err() == nil {
-			t.Errorf("ingest: %v", err)
-		}
-	}()
-	defer func() { cancel(); wg.Wait() }()
-	produce := func(from, to int) {
-		if err := cl.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		for i := from; i <= to; i++ {
-			id := strconv.Itoa(i)
-			rec := &kgo.Record{Key: ks.Encode(t, map[string]any{"id": id}), Value: vs.Encode(t, map[string]any{"v": id, "n": map[string]any{"long": int64(i)}})}
-			if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-			t.Fatal(err)
+	sh, err := st.Shard(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs, _, err := st.Bindings(context.Background(), "kafka."+topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []uint64{0}
+	for i, b := range bs {
+		if i > 0 && reader(b.Frontier) > reader(bs[i-1].Frontier) {
+			want = append(want, b.Time)
 		}
 	}
-	waitRecent := func() uint64 { return waitRecentTime(t, dir, "kafka."+topic) }
-	produce(1, 2)
-	n := 2
-	if got := countRows(t, dir, topic, waitRecent()); got != n {
-		t.Fatalf("warm-up: %d rows, want %d", got, n)
+	var got []uint64
+	for _, g := range sh.Generations() {
+		got = append(got, g.Start)
 	}
-	missed := 0
-	for round := range 5 {
-		produce(n+1, n+4)
-		n += 4
-		if got := countRows(t, dir, topic, 0); got < n {
-			missed++
+	if registered != versions || !slices.Equal(got, want) {
+		t.Fatalf("%d versions registered; generations from %v, want %v (the first binding beyond a record of each version)", registered, got, want)
+	}
+}
+
+// recordAt is a record's source time.
+func recordAt(r *kgo.Record) frontier.Time {
+	return frontier.Time{Partition: strconv.Itoa(int(r.Partition)), Pos: uint64(r.Offset)}
+}
+
+// readerAt is the value version read as of frontier f: the latest one
+// (version, by record of log) with a record below f.
+func readerAt(f frontier.Frontier, log []*kgo.Record, version map[*kgo.Record]int) int {
+	v := 1
+	for _, r := range log {
+		if version[r] > v && f.Beyond(recordAt(r)) {
+			v = version[r]
 		}
-		if got := countRows(t, dir, topic, waitRecent()); got != n {
-			t.Fatalf("round %d: read as of wait-recent has %d rows, want exactly %d", round, got, n)
+	}
+	return v
+}
+
+// switchKill is a kafkaKill.killWhen for a topic whose value versions
+// 1 to registered-1 (version, by record of log) are registered: a run is
+// killed once it switched (or finished a switch), or when it has no
+// version to switch to (every one has a record below where it started).
+func switchKill(stderr string, log []*kgo.Record, version map[*kgo.Record]int, registered int) bool {
+	if strings.Contains(stderr, "the collection's columns change") || strings.Contains(stderr, "finished a switch of columns") {
+		return true
+	}
+	from := map[int32]int64{}
+	for _, c := range consumeLine.FindAllStringSubmatch(stderr, -1) {
+		p, _ := strconv.Atoi(c[2])
+		from[int32(p)], _ = strconv.ParseInt(c[3], 10, 64)
+	}
+	below := map[int]bool{}
+	for _, r := range log {
+		if r.Offset < from[r.Partition] {
+			below[version[r]] = true
 		}
 	}
-	if missed < 4 {
-		t.Errorf("a plain read right after producing missed the records in only %d of 5 rounds; ingestion is not slowed enough to show recency", missed)
+	for v := 2; v < registered; v++ {
+		if !below[v] {
+			return false
+		}
 	}
+	return true
+}
+
+// TestKafkaAvroRecency is the recency seed scenario (TestKafkaRecency)
+// for an Avro upsert topic (registryRecency).
+func TestKafkaAvroRecency(t *testing.T) {
+	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
+	const topic = "avrorec"
+	ks, vs := reg.Serde(t, topic+"-key", avroUpsKey), reg.Serde(t, topic+"-value", avroUpsV2)
+	registryRecency(t, reg, topic, "avro", func(i int) *kgo.Record {
+		id := strconv.Itoa(i)
+		return &kgo.Record{Key: ks.Encode(t, map[string]any{"id": id}), Value: vs.Encode(t, map[string]any{"v": id, "n": map[string]any{"long": int64(i)}})}
+	})
 }
 
 // TestKafkaAvroFlags: unusable avro and decode error flags fail before
@@ -182,28 +305,7 @@ func TestKafkaAvroReplicateTLS(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("replicate exited %d: %s", code, errOut)
 	}
-	r := pipe.NewReader(strings.NewReader(out), memory.DefaultAllocator)
-	defer r.Close()
-	var rows []string
-	for {
-		s, err := r.Next()
-		if err != nil {
-			break
-		}
-		if s.Header.Kind != pipe.KindData {
-			continue
-		}
-		for {
-			rec, err := s.NextRecord()
-			if err != nil || rec == nil {
-				break
-			}
-			cols, _, _, _ := pipe.SplitData(rec)
-			for i := 0; i < int(rec.NumRows()); i++ {
-				rows = append(rows, cols[2].ValueStr(i)+" "+cols[3].ValueStr(i))
-			}
-		}
-	}
+	rows := kafkaPipeRows(t, out)
 	if want := []string{`a {"n":5,"v":"x"}`, `b {"n":null,"v":"y"}`}; strings.Join(rows, "|") != strings.Join(want, "|") {
 		t.Fatalf("rows %q, want %q", rows, want)
 	}

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"math/rand"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/apache/arrow/go/v17/arrow"
@@ -75,62 +72,18 @@ func readCustomers(rec arrow.Record) (map[string]string, []string) {
 // partition: Debezium's documentation warns that a truncate (a record
 // without a key) has no order against the events of other partitions.
 func TestKafkaDebeziumSIGKILL(t *testing.T) {
-	k := testenv.StartKafka(t)
-	cl := kafkaTestTopic(t, k.Brokers, "dbz", 1)
 	tb := testenv.DebeziumCustomers("postgresql")
-	rnd := rand.New(rand.NewSource(11))
-	var log []debeziumChange
-	live := map[int]bool{}
-	pos := int64(0)
-	row := func(id int) testenv.Row {
-		return testenv.Row{"id": id, "first_name": fmt.Sprint("n", len(log)), "last_name": "Kretchmar", "email": fmt.Sprintf("%d@noanswer.org", id)}
-	}
-	add := func(op string, c debeziumChange) {
-		pos++
-		c.op = op
-		c.rec.Topic = "dbz"
-		if err := cl.ProduceSync(context.Background(), c.rec).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-		log = append(log, c)
-	}
-	set := func(op string, id int) {
-		r := row(id)
-		add("set", debeziumChange{rec: &kgo.Record{Key: tb.KeyOf(r), Value: tb.Event(op, nil, r, pos, 1559033904863+pos)},
-			id: strconv.Itoa(id), row: fmt.Sprintf("%s,%s,%s", r["first_name"], r["last_name"], r["email"])})
-		live[id] = true
-	}
-	for id := 1; id <= 12; id++ { // the snapshot
-		set("r", id)
-	}
-	produce := func(n int) {
-		for range n {
-			id := 1 + rnd.Intn(12)
-			switch x := rnd.Intn(40); {
-			case x == 0:
-				add("truncate", debeziumChange{rec: &kgo.Record{Value: tb.Truncate(pos, 1559033904863+pos)}})
-				clear(live)
-			case x < 8 && live[id]:
-				key := tb.KeyOf(testenv.Row{"id": id})
-				add("del", debeziumChange{rec: &kgo.Record{Key: key, Value: tb.Event("d", testenv.Row{"id": id}, nil, pos, 1559033904863+pos)}, id: strconv.Itoa(id)})
-				add("none", debeziumChange{rec: &kgo.Record{Key: key}})
-				delete(live, id)
-			case live[id]:
-				set("u", id)
-			default:
-				set("c", id)
-			}
-		}
-	}
-	kafkaSIGKILL(t, rnd, kafkaKill{
-		brokers: strings.Join(k.Brokers, ","), topic: "dbz",
-		args:    []string{"--envelope", "debezium", "--key-format", "json", "--value-format", "json"},
-		produce: produce,
-		model:   func(f frontier.Frontier) map[string]string { return debeziumModel(log, f) },
-		read:    readCustomers,
-	})
-	t.Logf("%d records", len(log))
+	debeziumSIGKILL(t, jsonDebezium{tb}, tb, "json", nil, 11, 0)
 }
+
+// jsonDebezium writes a table's records as JsonConverter does.
+type jsonDebezium struct{ tb *testenv.DebeziumTable }
+
+func (j jsonDebezium) Key(_ testing.TB, r testenv.Row) []byte { return j.tb.KeyOf(r) }
+func (j jsonDebezium) Event(_ testing.TB, op string, before, after testenv.Row, pos, tsMs int64) []byte {
+	return j.tb.Event(op, before, after, pos, tsMs)
+}
+func (j jsonDebezium) Truncate(_ testing.TB, pos, tsMs int64) []byte { return j.tb.Truncate(pos, tsMs) }
 
 // TestKafkaRecencyDebezium: the recency seed scenario over Debezium
 // change events (creates of new customers): a read as of wait-recent's

@@ -26,7 +26,7 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/store"
 )
 
-func kafkaTestTopic(t *testing.T, brokers []string, topic string, partitions int32) *kgo.Client {
+func kafkaTestTopic(t testing.TB, brokers []string, topic string, partitions int32) *kgo.Client {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
@@ -111,18 +111,7 @@ func upsertSIGKILL(t *testing.T, c upsertCodec) string {
 			}
 			return model
 		},
-		read: func(rec arrow.Record) (map[string]string, []string) {
-			got := map[string]string{}
-			var multi []string
-			keys, vals, diffs := rec.Column(0), rec.Column(1), rec.Column(2).(*array.Int64)
-			for i := 0; i < int(rec.NumRows()); i++ {
-				if diffs.Value(i) != 1 {
-					multi = append(multi, fmt.Sprintf("key %s has multiplicity %d", keys.ValueStr(i), diffs.Value(i)))
-				}
-				got[keys.ValueStr(i)] = vals.ValueStr(i)
-			}
-			return got, multi
-		},
+		read: readUpsertRows,
 		killed: func(stderr string) {
 			if m := stateLine.FindStringSubmatch(stderr); m != nil {
 				outcomes = append(outcomes, m[1])
@@ -147,6 +136,21 @@ func upsertSIGKILL(t *testing.T, c upsertCodec) string {
 	return dir
 }
 
+// readUpsertRows renders the rows (key, value, _diff) of an upsert
+// collection's read by key (kafkaKill.read).
+func readUpsertRows(rec arrow.Record) (map[string]string, []string) {
+	got := map[string]string{}
+	var multi []string
+	keys, vals, diffs := rec.Column(0), rec.Column(1), rec.Column(2).(*array.Int64)
+	for i := 0; i < int(rec.NumRows()); i++ {
+		if diffs.Value(i) != 1 {
+			multi = append(multi, fmt.Sprintf("key %s has multiplicity %d", keys.ValueStr(i), diffs.Value(i)))
+		}
+		got[keys.ValueStr(i)] = vals.ValueStr(i)
+	}
+	return got, multi
+}
+
 // kafkaKill is a topic whose ingest kafkaSIGKILL kills.
 type kafkaKill struct {
 	brokers, topic string
@@ -163,6 +167,11 @@ type kafkaKill struct {
 	// killed, when set, gets the stderr of each killed run; last gets the
 	// last run's (default: it must have rebuilt its state from the store).
 	killed, last func(stderr string)
+	// rounds is the number of killed runs (default 5); killWhen, when
+	// set, holds each kill until it is true of the run's stderr, then
+	// kills it within 30ms.
+	rounds   int
+	killWhen func(stderr string) bool
 }
 
 // kafkaSIGKILL runs the ingest of kk.topic as a separate rtrctl process,
@@ -179,15 +188,41 @@ func kafkaSIGKILL(t *testing.T, rnd *rand.Rand, kk kafkaKill) string {
 	args := append([]string{"ingest", "--source", "kafka", "--brokers", kk.brokers, "--topics", kk.topic}, kk.args...)
 	args = append(args, "--store", dir, "--interval", "20ms", "--compact-every", "0")
 	resumedPast0 := 0
-	for round := 0; round < 5; round++ {
+	rounds := kk.rounds
+	if rounds == 0 {
+		rounds = 5
+	}
+	source := "kafka." + kk.topic
+	// bindings is how many bindings the store has (0 before it exists).
+	bindings := func() int {
+		st, err := store.Open(context.Background(), dir, store.Options{MustExist: true})
+		if err != nil {
+			return 0
+		}
+		bs, _, err := st.Bindings(context.Background(), source)
+		if err != nil {
+			return 0
+		}
+		return len(bs)
+	}
+	for round := 0; round < rounds; round++ {
+		had := bindings()
 		p := startProc(t, nil, args...)
-		// Produce while it runs, then kill it at a random moment.
+		// Produce while it runs, then kill it at a random moment once it
+		// has bound something of its own (on a loaded machine a run can
+		// otherwise die before its first commit, and the last run binds
+		// everything in one or two).
 		deadline := time.Now().Add(time.Duration(150+rnd.Intn(300)) * time.Millisecond)
 		for time.Now().Before(deadline) {
 			kk.produce(5)
 			time.Sleep(time.Duration(rnd.Intn(15)) * time.Millisecond)
 		}
 		waitFor(t, func() bool { return consumeLine.MatchString(string(p.stderr.bytes())) }, p)
+		waitFor(t, func() bool { return bindings() > had }, p)
+		if kk.killWhen != nil {
+			waitFor(t, func() bool { return kk.killWhen(string(p.stderr.bytes())) }, p)
+			time.Sleep(time.Duration(rnd.Intn(30)) * time.Millisecond)
+		}
 		p.kill(t)
 		// Where did it start? The resume frontier, partition by partition.
 		out := string(p.stderr.bytes())
@@ -230,7 +265,6 @@ func kafkaSIGKILL(t *testing.T, rnd *rand.Rand, kk kafkaKill) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	source := "kafka." + kk.topic
 	waitFor(t, func() bool {
 		bs, _, err := st.Bindings(context.Background(), source)
 		if err != nil || len(bs) == 0 || !bs[len(bs)-1].Frontier.Covers(upstream) {

@@ -11,6 +11,9 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -22,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rtrctl/rtrctl/internal/ingesttest"
+	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/frontier/probe"
 )
@@ -464,12 +468,16 @@ func TestIngestKeyedIdentityKillLoop(t *testing.T) {
 	slot := db.newSlotName(t)
 	dir := t.TempDir() + "/store"
 	writer := startKeyedWriter(t, db, 2*time.Millisecond)
-	args := keyedArgs(db, slot, dir, "--interval", "30ms", "--compact-every", "1s")
+	// --state-cache 1: the key states' overlays spill to disk at every
+	// hand-over (replicate.Backing), so every lookup of a row the stream
+	// did not just change is read from disk.
+	args := keyedArgs(db, slot, dir, "--interval", "30ms", "--compact-every", "1s", "--state-cache", "1")
 	seen := ingesttest.Reads{}
 	const kills = 10
 	var matched, rebuilt int
-	keyLine := regexp.MustCompile(`msg="key state rebuilt from the store".*collection=(\S+).*keys=(\d+) bytes=(\d+) bytes_per_key=(\d+)`)
+	keyLine := regexp.MustCompile(`msg="key state (?:rebuilt from the store|caught up from the store|reused)".*collection=(\S+).*keys=(\d+)`)
 	var lastKeyLines []string
+	var spilled string
 	for k := 0; k <= kills; k++ {
 		p := startProc(t, nil, args...)
 		if k == kills {
@@ -500,6 +508,9 @@ func TestIngestKeyedIdentityKillLoop(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 		}
+		if k == kills {
+			spilled = string(p.stderr.bytes())
+		}
 		if ls := keyLine.FindAllString(string(p.stderr.bytes()), -1); len(ls) > 0 {
 			rebuilt++
 			lastKeyLines = ls
@@ -520,9 +531,12 @@ func TestIngestKeyedIdentityKillLoop(t *testing.T) {
 		}
 	}
 	if rebuilt < kills/2 {
-		t.Errorf("the key state was rebuilt from the store in %d of %d runs", rebuilt, kills+1)
+		t.Errorf("the key state was read from the store in %d of %d runs", rebuilt, kills+1)
 	}
-	t.Logf("%d kills in %s; %d transactions %v; %d binding times checked exact against the log; key state rebuilt in %d runs, last: %s",
+	if !strings.Contains(spilled, "msg=\"key state spilled to disk\"") {
+		t.Errorf("no key state spilled to disk (stderr of the last run):\n%s", spilled)
+	}
+	t.Logf("%d kills in %s; %d transactions %v; %d binding times checked exact against the log; key state read from the store in %d runs, last: %s",
 		kills, time.Since(start).Round(time.Millisecond), len(writer.log()), writer.counter, matched, rebuilt, strings.Join(lastKeyLines, " | "))
 }
 
@@ -592,6 +606,31 @@ func snapTxn(t *testing.T, db *ingestDB, qs ...string) keyedSnap {
 	}
 	execAll(t, db.conn, qs...)
 	return keyedSnap{before: before, after: db.insertLSN(t), rows: selectAll(t, db, "k")}
+}
+
+// kWriter writes to table k of the kill tests, each transaction recorded
+// with snapTxn; next is the first key work inserts (above the table's).
+type kWriter struct {
+	db    *ingestDB
+	next  int
+	snaps []keyedSnap
+}
+
+func (w *kWriter) txn(t *testing.T, qs ...string) {
+	t.Helper()
+	w.snaps = append(w.snaps, snapTxn(t, w.db, qs...))
+}
+
+// work is an insert, an update, a key change and a delete, each a
+// transaction.
+func (w *kWriter) work(t *testing.T) {
+	t.Helper()
+	n := w.next
+	w.next += 10
+	w.txn(t, fmt.Sprintf("INSERT INTO k (a, b, v) VALUES (%d, 'x', 1)", n))
+	w.txn(t, "UPDATE k SET v = v + 1 WHERE a < 6")
+	w.txn(t, fmt.Sprintf("UPDATE k SET a = a + 1000000 WHERE a = %d", n/10-9000))
+	w.txn(t, "DELETE FROM k WHERE a = (SELECT min(a) FROM k WHERE a > 6)")
 }
 
 // TestIngestKeyedSchemaChanges: a table with REPLICA IDENTITY DEFAULT
@@ -747,20 +786,8 @@ func TestIngestKeyedKillDuringResnapshot(t *testing.T) {
 	db, dir, args, p := startKeyedTable(t,
 		"CREATE TABLE k (a int, b text, v int NOT NULL, PRIMARY KEY (a, b))",
 		"INSERT INTO k SELECT g, 'b' || (g % 3), g FROM generate_series(1, 100000) g")
-	var snaps []keyedSnap
-	txn := func(qs ...string) {
-		t.Helper()
-		snaps = append(snaps, snapTxn(t, db, qs...))
-	}
-	next := 100_000
-	work := func() {
-		n := next
-		next += 10
-		txn(fmt.Sprintf("INSERT INTO k (a, b, v) VALUES (%d, 'x', 1)", n))
-		txn("UPDATE k SET v = v + 1 WHERE a < 6")
-		txn(fmt.Sprintf("UPDATE k SET a = a + 1000000 WHERE a = %d", n/10-9000))
-		txn("DELETE FROM k WHERE a = (SELECT min(a) FROM k WHERE a > 6)")
-	}
+	w := &kWriter{db: db, next: 100_000}
+	txn, work := func(qs ...string) { t.Helper(); w.txn(t, qs...) }, func() { t.Helper(); w.work(t) }
 	work()
 	during := 0 // kills before the re-snapshot was durable
 	var stderrs []string
@@ -805,7 +832,116 @@ func TestIngestKeyedKillDuringResnapshot(t *testing.T) {
 	if strings.Contains(string(p.stderr.bytes()), "definite error") {
 		t.Errorf("a definite error:\n%s", p.stderr.bytes())
 	}
-	checked := checkKeyedSnaps(t, db, dir, snaps)
+	checked := checkKeyedSnaps(t, db, dir, w.snaps)
 	kept := strings.Count(strings.Join(append(stderrs, string(p.stderr.bytes())), ""), "the copy kept before a restart")
-	t.Logf("%d transactions, %d bindings exact; %d of %d kills during a re-snapshot, %d copies kept before a kill handed over again", len(snaps), checked, during, len(changes), kept)
+	t.Logf("%d transactions, %d bindings exact; %d of %d kills during a re-snapshot, %d copies kept before a kill handed over again", len(w.snaps), checked, during, len(changes), kept)
+}
+
+// TestIngestKillDuringStagedResnapshot: SIGKILLs during the re-snapshots
+// of a REPLICA IDENTITY FULL table of 300k rows (32 MB) after three
+// column changes, with --txn-memory 256 KiB so that each copy is staged
+// in several runs: twice while the copy is being staged (some runs in the
+// store, the copy not done), and once just after it was handed over, with
+// writes before and after each kill. The restarted ingest removes the killed copy's
+// staged files, re-snapshots again, and every binding time reads exactly
+// one of the table's states; no staged copy file is left at the end.
+func TestIngestKillDuringStagedResnapshot(t *testing.T) {
+	db, dir, args, p := startKeyedTable(t,
+		"CREATE TABLE k (a int PRIMARY KEY, b text, v int NOT NULL)", "ALTER TABLE k REPLICA IDENTITY FULL",
+		"INSERT INTO k SELECT g, repeat('b', 100) || g, g FROM generate_series(1, 300000) g")
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.bytes())
+	}
+	// The ingest reaches PostgreSQL through a proxy: while a copy is to be
+	// killed, the proxy slows it to seconds and, at the kill point, stalls
+	// it, so the kill falls mid-copy however loaded the machine is.
+	u, err := url.Parse(db.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := testenv.StartProxy(t, u.Host)
+	for i := range args {
+		if i > 0 && args[i-1] == "--dsn" {
+			args[i] = px.DSN(db.dsn)
+		}
+	}
+	args = append(args, "--txn-memory", "262144")
+	p = startProc(t, nil, args...)
+	copies := filepath.Join(dir, "staged", "pg", "copies")
+	staged := func() int {
+		es, _ := os.ReadDir(copies)
+		n := 0
+		for _, e := range es {
+			if strings.HasSuffix(e.Name(), ".arrow") {
+				n++
+			}
+		}
+		return n
+	}
+	w := &kWriter{db: db, next: 1_000_000}
+	txn, work := func(qs ...string) { t.Helper(); w.txn(t, qs...) }, func() { t.Helper(); w.work(t) }
+	work()
+	var stderrs []string
+	defer func() {
+		if t.Failed() {
+			t.Logf("the killed ingests' stderr:\n%s", strings.Join(stderrs, "\n---\n"))
+		}
+	}()
+	midCopy, strays := 0, 0
+	// The first two kills aim at the copy while it is staged, the last at
+	// just after its hand-over.
+	for i, ddl := range []string{"ALTER TABLE k ADD COLUMN c int NOT NULL DEFAULT 7", "ALTER TABLE k ALTER COLUMN v TYPE bigint", "ALTER TABLE k DROP COLUMN c"} {
+		count := func(what string) int { return strings.Count(string(p.stderr.bytes()), what) }
+		started, done := count(`msg=re-snapshot `), count(`msg="re-snapshot done"`)
+		if i < 2 {
+			px.SetBandwidthDir(testenv.ToClient, 8<<20) // the 33 MB copy takes about 4 s
+		}
+		txn(ddl, "UPDATE k SET v = v + 100 WHERE a = 2")
+		deadline := time.Now().Add(60 * time.Second)
+		ready := func() bool { return count(`msg=re-snapshot `) > started && staged() > 0 }
+		if i == 2 {
+			ready = func() bool { return count(`msg="re-snapshot done"`) > done }
+		}
+		for ; !ready(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) || p.exited() {
+				t.Fatalf("re-snapshot after %q: not at the kill point\nstderr:\n%s", ddl, p.stderr.bytes())
+			}
+		}
+		if i < 2 {
+			px.Stall()
+		}
+		p.kill(t)
+		px.Restore()
+		px.SetBandwidth(0)
+		if i < 2 && count(`msg="re-snapshot done"`) == done {
+			midCopy++
+			strays += staged()
+		}
+		stderrs = append(stderrs, string(p.stderr.bytes()))
+		work()
+		p = startProc(t, nil, args...)
+		work()
+		keyedCaughtUp(t, db, dir, p)
+	}
+	if midCopy == 0 || strays == 0 {
+		t.Errorf("no kill fell while a copy was staged (%d kills mid-copy, %d staged files left by them): the test did not test it", midCopy, strays)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.bytes())
+	}
+	stderr := string(p.stderr.bytes())
+	if strings.Contains(stderr, "definite error") {
+		t.Errorf("a definite error:\n%s", stderr)
+	}
+	runs := regexp.MustCompile(`msg="re-snapshot done".* runs=(\d+)`).FindStringSubmatch(strings.Join(append(stderrs, stderr), ""))
+	if runs == nil || runs[1] == "0" || runs[1] == "1" {
+		t.Errorf("a re-snapshot was not staged in several runs: %v", runs)
+	}
+	checked := checkKeyedSnaps(t, db, dir, w.snaps)
+	if n := staged(); n > 0 {
+		t.Errorf("%d staged copy files left at the end (the killed copy's %d were not swept, or a commit left its own)", n, strays)
+	}
+	t.Logf("%d transactions, %d bindings exact; %d of 2 kills while a copy was staged, its %d staged files swept", len(w.snaps), checked, midCopy, strays)
 }

@@ -15,9 +15,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 )
@@ -36,7 +40,69 @@ const (
 var version = "dev"
 
 func main() {
-	os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr))
+	// %p in a path is the process id (rtrctl bench runs rtrctl ingest).
+	pid := strconv.Itoa(os.Getpid())
+	stop := profile(strings.ReplaceAll(os.Getenv("RTRCTL_CPUPROFILE"), "%p", pid), os.Stderr)
+	heapPeaks(strings.ReplaceAll(os.Getenv("RTRCTL_HEAPPROFILE"), "%p", pid), os.Stderr)
+	code := run(os.Args, os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// heapPeaks writes a heap profile to path each time the heap in use
+// reaches a new peak (checked twice a second), so that the file holds
+// the profile at the command's peak; "" profiles nothing. It is for
+// measuring (docs/benchmarks.md, "Profiling").
+func heapPeaks(path string, stderr io.Writer) {
+	if path == "" {
+		return
+	}
+	go func() {
+		var peak uint64
+		var ms runtime.MemStats
+		for range time.Tick(500 * time.Millisecond) {
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse <= peak+peak/20 {
+				continue
+			}
+			peak = ms.HeapInuse
+			f, err := os.Create(path + ".tmp")
+			if err == nil {
+				err = pprof.WriteHeapProfile(f)
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+			}
+			if err == nil {
+				err = os.Rename(path+".tmp", path)
+			}
+			if err != nil {
+				fmt.Fprintf(stderr, "rtrctl: RTRCTL_HEAPPROFILE: %v\n", err)
+				return
+			}
+		}
+	}()
+}
+
+// profile writes a CPU profile of the command to path (go tool pprof
+// reads it) until the returned function is called; "" profiles nothing.
+// It is for measuring (docs/benchmarks.md, "Profiling").
+func profile(path string, stderr io.Writer) func() {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "rtrctl: RTRCTL_CPUPROFILE: %v\n", err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }
 
 // run executes the command line args and returns the exit status. It is
@@ -187,6 +253,7 @@ Exit statuses:
 			reclockCommand(),
 			storeCommand(),
 			readCommand(),
+			exportCommand(),
 			statusCommand(),
 			devCommand(),
 			snapshotCommand(),

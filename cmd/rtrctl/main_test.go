@@ -11,7 +11,7 @@ import (
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 // runCLI runs rtrctl in-process and returns stdout, stderr and the exit status.
-func runCLI(t *testing.T, stdin string, args ...string) (string, string, int) {
+func runCLI(t testing.TB, stdin string, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	code := run(append([]string{"rtrctl"}, args...), strings.NewReader(stdin), &out, &errOut)

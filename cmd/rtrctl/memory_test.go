@@ -25,6 +25,16 @@ func TestParseSize(t *testing.T) {
 	}
 }
 
+// TestDefaultMemoryLimit: a quarter of the machine, at least 256 MiB, at
+// most 512 MiB.
+func TestDefaultMemoryLimit(t *testing.T) {
+	for machine, want := range map[int64]int64{24 << 30: 512 << 20, 1 << 30: 256 << 20, 512 << 20: 256 << 20, 1600 << 20: 400 << 20, 64 << 30: 512 << 20} {
+		if got := defaultMemoryLimit(machine); got != want {
+			t.Errorf("defaultMemoryLimit(%s) = %s, want %s", formatSize(machine), formatSize(got), formatSize(want))
+		}
+	}
+}
+
 // TestMemoryLimit: --memory-limit sets the runtime's soft limit, a bad or
 // tiny one is a usage error naming it, and a --txn-memory over half of it
 // is refused with a hint naming both.

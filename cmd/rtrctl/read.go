@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
@@ -15,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/rtrctl/rtrctl/internal/hint"
+	"github.com/rtrctl/rtrctl/internal/parquetw"
 	"github.com/rtrctl/rtrctl/internal/render"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
@@ -51,7 +53,11 @@ their _time and _diff (+1 inserted, -1 deleted).
 Formats: table (aligned, NULL for nulls, control characters escaped as
 \t \n), csv (header row of column names), json (one object per row; float
 NaN and infinities as strings), arrow (the pipe format, to pipe onward:
-as-of reads carry _time = the read time and _diff = the multiplicity).
+as-of reads carry _time = the read time and _diff = the multiplicity),
+parquet (one Parquet file on stdout: as of a time a row once per copy,
+with --changes the _time and _diff columns too; types as 'rtrctl export'
+maps them, docs/format.md; also for DIR "-"). The binary formats, arrow and parquet, are
+refused when stdout is a terminal: redirect them to a file or a pipe.
 Values print as PostgreSQL prints them (11.00, 24:00:00, infinity).
 
 DIR "-" reads the pipe format on stdin instead of a store: the output of a
@@ -72,13 +78,15 @@ Examples:
   rtrctl read ./data public.orders --as-of 2024-11-29T17:06:40Z
   rtrctl read ./data public.orders --changes --from -10m
   rtrctl read ./data public.orders --format arrow | rtrctl store append ./copy
+  rtrctl read ./data public.orders --format parquet > orders.parquet
+  rtrctl read ./data public.orders --changes --from -1h --format parquet > changes.parquet
   rtrctl read ./data public.orders --recent   # everything committed upstream before this call`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "as-of", Usage: "system time to read at: ms since the epoch, RFC 3339, now, or -5m (default: the latest complete time)"},
 			&cli.BoolFlag{Name: "changes", Usage: "print changes in (--from, --to] instead of contents"},
 			&cli.StringFlag{Name: "from", Usage: "with --changes: exclusive lower time (default: since)"},
 			&cli.StringFlag{Name: "to", Usage: "with --changes: inclusive upper time (default: the latest complete time)"},
-			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: "table", Usage: "table, csv, json or arrow"},
+			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: "table", Usage: "table, csv, json, arrow or parquet"},
 			&cli.BoolFlag{Name: "recent", Usage: "wait for real-time recency first (as wait-recent does), then read as of the time it returns"},
 			&cli.DurationFlag{Name: "timeout", Value: recency.DefaultTimeout, Usage: "with --recent: give up (exit 3) after this long"},
 		},
@@ -88,9 +96,13 @@ Examples:
 			}
 			opts := readOptions{dir: c.Args().Get(0), collection: c.Args().Get(1), changes: c.Bool("changes"), format: c.String("format")}
 			switch opts.format {
-			case "table", "csv", "json", "arrow":
+			case "table", "csv", "json", "arrow", "parquet":
 			default:
-				return usagef("use --format table, csv, json or arrow", "bad --format %q", opts.format)
+				return usagef("use --format table, csv, json, arrow or parquet", "bad --format %q", opts.format)
+			}
+			if (opts.format == "arrow" || opts.format == "parquet") && isTerminal(c.App.Writer) {
+				return usagef(fmt.Sprintf("redirect it: rtrctl read ... --format %s > out.%s, or pipe it onward; use --format table or csv to look at rows", opts.format, map[string]string{"arrow": "arrows", "parquet": "parquet"}[opts.format]),
+					"--format %s is binary and stdout is a terminal", opts.format)
 			}
 			pipeIn := opts.dir == "-"
 			var err error
@@ -229,11 +241,16 @@ func runRead(ctx context.Context, w io.Writer, opts readOptions) error {
 func streamAsOf(ctx context.Context, w io.Writer, sh *store.Shard, opts readOptions, t uint64) error {
 	var text *render.Stream
 	var pw *pipe.Writer
+	var pq *parquetw.Writer
 	var user []arrow.Field
 	var readSchema *arrow.Schema
 	row := 0
 	err := sh.StreamAsOf(ctx, t, func(schema *arrow.Schema) (err error) {
 		readSchema, user = schema, schema.Fields()[:schema.NumFields()-1]
+		if opts.format == "parquet" {
+			pq, err = parquetw.NewWriter(w, userSchema(schema), parquetw.Options{Metadata: exportMeta(opts.collection, t)})
+			return err
+		}
 		if opts.format == "arrow" {
 			pw = pipe.NewWriter(w, memory.DefaultAllocator)
 			return nil
@@ -241,6 +258,9 @@ func streamAsOf(ctx context.Context, w io.Writer, sh *store.Shard, opts readOpti
 		text, err = render.NewStream(w, opts.format, user)
 		return err
 	}, func(rec arrow.Record) error {
+		if pq != nil {
+			return writeCopies(rec, opts.collection, t, pq.Write)
+		}
 		diffIdx := int(rec.NumCols()) - 1
 		diffs := rec.Column(diffIdx).(*array.Int64)
 		row += diffs.Len()
@@ -263,6 +283,9 @@ func streamAsOf(ctx context.Context, w io.Writer, sh *store.Shard, opts readOpti
 	})
 	if err != nil {
 		return err
+	}
+	if pq != nil {
+		return closeParquet(pq)
 	}
 	if pw != nil {
 		if row == 0 {
@@ -291,10 +314,16 @@ func streamAsOf(ctx context.Context, w io.Writer, sh *store.Shard, opts readOpti
 func streamChanges(ctx context.Context, w io.Writer, sh *store.Shard, opts readOptions, from, to uint64) error {
 	var text *render.Stream
 	var pw *pipe.Writer
+	var pq *parquetw.Writer
 	var schema *arrow.Schema
 	rows := 0
 	err := sh.StreamChanges(ctx, from, to, func(s *arrow.Schema) (err error) {
 		schema = s
+		if opts.format == "parquet" {
+			meta := map[string]string{"rtrctl.collection": opts.collection, "rtrctl.changes_from": strconv.FormatUint(from, 10), "rtrctl.changes_to": strconv.FormatUint(to, 10)}
+			pq, err = parquetw.NewWriter(w, s, parquetw.Options{Metadata: meta})
+			return err
+		}
 		if opts.format == "arrow" {
 			pw = pipe.NewWriter(w, memory.DefaultAllocator)
 			return nil
@@ -303,6 +332,9 @@ func streamChanges(ctx context.Context, w io.Writer, sh *store.Shard, opts readO
 		return err
 	}, func(rec arrow.Record) error {
 		rows += int(rec.NumRows())
+		if pq != nil {
+			return pq.Write(rec)
+		}
 		if pw != nil {
 			return writeArrowRecord(pw, opts.collection, frontier.DomainSystem, rec)
 		}
@@ -310,6 +342,9 @@ func streamChanges(ctx context.Context, w io.Writer, sh *store.Shard, opts readO
 	})
 	if err != nil {
 		return err
+	}
+	if pq != nil {
+		return closeParquet(pq)
 	}
 	if pw == nil {
 		return text.Close()
@@ -372,6 +407,37 @@ func writeArrowRecord(pw *pipe.Writer, collection string, d frontier.Domain, rec
 	defer out.Release()
 	if err := pw.WriteRecord(h, out); err != nil {
 		return fmt.Errorf("write arrow: %w", err)
+	}
+	return nil
+}
+
+// writeParquet writes rec as one Parquet file to w; copies, when set,
+// turns an as-of record (user columns + _diff) into rows written.
+func writeParquet(w io.Writer, rec arrow.Record, meta map[string]string, copies func(arrow.Record, func(arrow.Record) error) error) error {
+	schema := rec.Schema()
+	if copies != nil {
+		schema = userSchema(schema)
+	}
+	pq, err := parquetw.NewWriter(w, schema, parquetw.Options{Metadata: meta})
+	if err != nil {
+		return err
+	}
+	if copies != nil {
+		err = copies(rec, pq.Write)
+	} else {
+		err = pq.Write(rec)
+	}
+	if err != nil {
+		return err
+	}
+	return closeParquet(pq)
+}
+
+// closeParquet ends a Parquet file on stdout; a reader that went away
+// (a closed pipe) is not an error, as for arrow.
+func closeParquet(pq *parquetw.Writer) error {
+	if err := pq.Close(); err != nil && !errors.Is(err, io.ErrClosedPipe) && !errors.Is(err, syscall.EPIPE) {
+		return fmt.Errorf("write parquet: %w", err)
 	}
 	return nil
 }

@@ -345,6 +345,9 @@ func runReadPipe(ctx context.Context, stdin io.Reader, w, stderr io.Writer, opts
 		if opts.format == "arrow" {
 			return writeArrow(w, opts.collection, d, rec)
 		}
+		if opts.format == "parquet" {
+			return writeParquet(w, rec, map[string]string{"rtrctl.collection": opts.collection}, nil)
+		}
 		return render.Rows(w, opts.format, rec, nil)
 	}
 	diffIdx := int(rec.NumCols()) - 1
@@ -371,7 +374,15 @@ func runReadPipe(ctx context.Context, stdin io.Reader, w, stderr io.Writer, opts
 		// A pipe may hold deletes of rows it never inserted (replication
 		// without its snapshot): show every row with its multiplicity.
 		fmt.Fprintf(stderr, "read - %s: %d rows have a negative multiplicity (deletes of rows the pipe never inserted, e.g. replication without its snapshot); printing each row once with its _diff\n", opts.collection, negative)
+		if opts.format == "parquet" {
+			return writeParquet(w, rec, map[string]string{"rtrctl.collection": opts.collection}, nil)
+		}
 		return render.Rows(w, opts.format, rec, nil)
+	}
+	if opts.format == "parquet" {
+		return writeParquet(w, rec, map[string]string{"rtrctl.collection": opts.collection}, func(rec arrow.Record, write func(arrow.Record) error) error {
+			return writeCopies(rec, opts.collection, pc.maxPos, write)
+		})
 	}
 	cols := make([]arrow.Array, diffIdx)
 	for j := range cols {

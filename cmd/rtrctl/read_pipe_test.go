@@ -85,6 +85,16 @@ func TestReadPipe(t *testing.T) {
 		})
 	}
 
+	t.Run("parquet", func(t *testing.T) {
+		if got := sortedCSV(parquetCSV(t, []byte(mustRun(t, both, "read", "-", "public.items", "--format", "parquet")))); got != want2 {
+			t.Errorf("read - --format parquet:\n%s\nwant:\n%s", got, want2)
+		}
+		csv := sortedCSV(mustRun(t, repl, "read", "-", "public.items", "--changes", "--format", "csv"))
+		if got := sortedCSV(parquetCSV(t, []byte(mustRun(t, repl, "read", "-", "public.items", "--changes", "--format", "parquet")))); got != csv {
+			t.Errorf("read - --changes --format parquet:\n%s\nwant:\n%s", got, csv)
+		}
+	})
+
 	t.Run("changes", func(t *testing.T) {
 		out := mustRun(t, repl, "read", "-", "public.items", "--changes", "--format", "csv")
 		lines := strings.Split(strings.TrimSpace(out), "\n")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/rtrctl/rtrctl/internal/ingesttest"
 	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/store"
 )
@@ -199,4 +200,126 @@ func jsonKV(t *testing.T, out string) map[string]string {
 		m[fmt.Sprint(row["key"])] = fmt.Sprint(row["value"])
 	}
 	return m
+}
+
+// TestS3StoreStandbyTakeoverBank: PostgreSQL bank transfers ingested into
+// a bucket (versitygw) by one ingest while a second, --standby, on
+// another "host", waits; the holder is SIGKILLed mid-stream and the
+// standby takes over within the lease's expiry plus 2 s, twice (a new
+// standby after each takeover). Throughout, exactly one process writes
+// (each manifest's epoch is the lease's), and the store stays exact:
+// every binding is a consistent upstream state with the bank's sum
+// (check 2), and what was read before a takeover reads the same after it
+// (check 4).
+func TestS3StoreStandbyTakeoverBank(t *testing.T) {
+	s3 := testenv.StartVersityGW(t, "rtr")
+	// This process reads the bucket too (the checks).
+	for _, kv := range s3.Env() {
+		name, value, _ := strings.Cut(kv, "=")
+		t.Setenv(name, value)
+	}
+	h := &pgHarness{pg: testenv.SharedPostgres(t)}
+	fx := h.New(t)
+	const source, ttl = "bank", 2 * time.Second
+	lay := fx.Layout(source)
+	log := ingesttest.NewLog(ingesttest.InitialState(lay.Collections()))
+	loc := "s3://rtr/stores/bank"
+	args := append(fx.IngestArgs(loc, source), "--interval", "200ms", "--compact-every", "0", "--lease-ttl", ttl.String(), "--standby")
+	host := func() []string { return append(hostEnv(t, s3), "XDG_CACHE_HOME="+t.TempDir()) }
+	holder := h.Run(t, host(), args...)
+	var stderrs []func() string
+	defer func() {
+		if t.Failed() {
+			for i, s := range stderrs {
+				t.Logf("ingest %d's stderr:\n%s", i+1, s())
+			}
+		}
+	}()
+	stderrs = append(stderrs, holder.Stderr)
+	ingesttest.WaitStderr(t, holder, "msg=resume ")
+	w := ingesttest.StartWriter(t, fx, log, ingesttest.WriterOptions{Pause: 3 * time.Millisecond})
+	seen := ingesttest.Reads{}
+	compare := func(what string) {
+		t.Helper()
+		now, err := ingesttest.RecordReads(t.Context(), loc, lay)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ingesttest.CompareReads(seen, now); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		seen = now
+	}
+	var took, lates []time.Duration
+	for round := range 2 {
+		standby := h.Run(t, host(), args...)
+		stderrs = append(stderrs, standby.Stderr)
+		ingesttest.WaitStderr(t, standby, "standby: another ingest holds the source")
+		time.Sleep(1500 * time.Millisecond) // transfers, bindings and a renewal or two
+		if strings.Contains(standby.Stderr(), "msg=resume ") {
+			t.Fatalf("round %d: the standby resumed while the holder's lease was live:\n%s", round, standby.Stderr())
+		}
+		compare(fmt.Sprintf("round %d, before the kill", round))
+		killed := time.Now()
+		holder.Kill(t)
+		expires := leaseExpiry(t, "rtr", "stores/bank/locks/"+source+".lease")
+		ingesttest.WaitStderr(t, standby, "msg=resume ")
+		took = append(took, time.Since(killed))
+		late := time.Since(expires)
+		lates = append(lates, late)
+		if late > 2*time.Second {
+			t.Errorf("round %d: the standby took over %s after the killed holder's lease expired (%s after the kill), want within 2 s", round, late, took[round])
+		}
+		compare(fmt.Sprintf("round %d, after the takeover", round))
+		holder = standby
+	}
+	w.Halt(t)
+	ingesttest.WaitEqual(t, fx, loc, lay, holder, 90*time.Second)
+	ingesttest.WaitEqualLog(t, loc, lay, log, holder, 30*time.Second)
+	if code := holder.Stop(t); code != 0 {
+		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, holder.Stderr())
+	}
+	compare("at the end")
+	rep, err := ingesttest.CheckTimes(t.Context(), loc, lay, log)
+	if err != nil {
+		t.Fatalf("check 2 (changes at their source time): %v", err)
+	}
+	// The last commits are the third holder's: epoch 3.
+	st, err := store.Open(t.Context(), loc, store.Options{MustExist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range lay.Collections() {
+		sh, err := st.Shard(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info, err := sh.Info(t.Context()); err != nil || info.Epoch != 3 {
+			t.Errorf("collection %s: last commit by epoch %d (%v), want 3 (the second standby)", name, info.Epoch, err)
+		}
+	}
+	t.Logf("%d transactions, %d bindings exact; takeovers %v after the kills, %v after the leases expired (lease %s)", log.Len(), rep.Bindings, took, lates, ttl)
+}
+
+// leaseExpiry reads the expiry of the lease object key in bucket (this
+// process's AWS environment points at the server).
+func leaseExpiry(t *testing.T, bucket, key string) time.Time {
+	t.Helper()
+	c, err := store.NewS3Client(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := store.NewS3FS(c, bucket).ReadFile(key)
+	if err != nil {
+		t.Fatalf("read lease %s: %v", key, err)
+	}
+	var doc struct{ Expires string }
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("lease %s: %v: %s", key, err, b)
+	}
+	at, err := time.Parse(time.RFC3339Nano, doc.Expires)
+	if err != nil {
+		t.Fatalf("lease %s: %v", key, err)
+	}
+	return at
 }

@@ -28,15 +28,16 @@ type snapRecordChunks struct {
 	Tables []struct {
 		Chunks []struct {
 			LSN  uint64 `json:"snapshot_lsn"`
+			Pos  string `json:"snapshot_pos"`
 			Rows int64  `json:"rows"`
 		} `json:"chunks"`
 	} `json:"tables"`
 }
 
-// readSnapRecordChunks returns the done and total chunks of dir's pg
-// snapshot record, ok false while there is none.
-func readSnapRecordChunks(dir string) (done, total int, rows int64, ok bool) {
-	b, err := os.ReadFile(filepath.Join(dir, "staged", "pg", "snapshot", store.SnapshotRecordName))
+// readSnapRecordChunks returns the done and total chunks of the snapshot
+// record of source in dir, ok false while there is none.
+func readSnapRecordChunks(dir, source string) (done, total int, rows int64, ok bool) {
+	b, err := os.ReadFile(filepath.Join(dir, "staged", source, "snapshot", store.SnapshotRecordName))
 	if err != nil {
 		return 0, 0, 0, false
 	}
@@ -47,7 +48,7 @@ func readSnapRecordChunks(dir string) (done, total int, rows int64, ok bool) {
 	for _, tb := range r.Tables {
 		for _, c := range tb.Chunks {
 			total++
-			if c.LSN != 0 {
+			if c.LSN != 0 || c.Pos != "" {
 				done++
 				rows += c.Rows
 			}
@@ -124,17 +125,10 @@ func snapshotResume(t *testing.T, identity string, insertsOnly bool) (float64, s
 	if identity == "FULL" {
 		args = append(args, "--parallel", "2") // chunks done out of order
 	}
-	first := startProc(t, nil, args...)
+	first, deadline := startPlanned(t, args, dir, "pg")
 
 	// Writes all through the snapshot once it is planned, each a
 	// transaction of its own.
-	deadline := time.Now().Add(90 * time.Second)
-	for _, _, _, ok := readSnapRecordChunks(dir); !ok; _, _, _, ok = readSnapRecordChunks(dir) {
-		if first.exited() || time.Now().After(deadline) {
-			t.Fatalf("the first ingest planned no snapshot\nstderr:\n%s", first.stderr.bytes())
-		}
-		time.Sleep(time.Millisecond)
-	}
 	var writes atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -190,97 +184,13 @@ func snapshotResume(t *testing.T, identity string, insertsOnly bool) (float64, s
 	}
 	defer halt()
 
-	var done, total int
-	var doneRows int64
-	for {
-		var ok bool
-		if done, total, doneRows, ok = readSnapRecordChunks(dir); ok && total > 0 && 2*done >= total {
-			break
-		}
-		if first.exited() || time.Now().After(deadline) {
-			t.Fatalf("the first ingest did not get half through its snapshot (%d of %d chunks)\nstderr:\n%s", done, total, first.stderr.bytes())
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	first.kill(t)
-	if total < 8 {
-		t.Fatalf("the snapshot has %d chunks, want at least 8 for the test to mean something", total)
-	}
-	done, _, doneRows, _ = readSnapRecordChunks(dir)
-	t.Logf("killed with %d of %d chunks done (%d rows), %d writes so far", done, total, doneRows, writes.Load())
-	if !strings.Contains(string(first.stderr.bytes()), `msg="snapshot progress"`) {
-		t.Errorf("no progress line in the first run's log:\n%s", first.stderr.bytes())
-	}
-
-	// Nothing staged is visible: the collection has no rows and no
-	// batch, though the staged directory holds the finished chunks.
-	st, err := store.Open(t.Context(), dir, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh, err := st.Shard(t.Context(), "public.big")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := sh.Info(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.Upper != 0 || len(info.Batches) != 0 {
-		t.Errorf("after the kill the collection has upper %d and %d batches, want nothing", info.Upper, len(info.Batches))
-	}
-	staged, _ := os.ReadDir(filepath.Join(dir, "staged", "pg", "snapshot"))
-	if len(staged) < 2 {
-		t.Errorf("%d staged files after the kill, want the record and the chunks' files", len(staged))
-	}
-
-	// status says the snapshot was interrupted, and how far it got.
-	var sn *snapshotStatus
-	for _, src := range statusOf(t, dir).Sources {
-		if src.Name == "pg" {
-			sn = src.Snapshot
-		}
-	}
-	if sn == nil || sn.Running || len(sn.Tables) != 1 || sn.Tables[0].Chunks != total {
-		t.Errorf("status after the kill: %+v, want the snapshot interrupted with %d chunks", sn, total)
-	}
-
-	// A stray staged file (as a crash while a run was written leaves) is
-	// swept at the restart.
-	stray := filepath.Join(dir, "staged", "pg", "snapshot", "00000000000000000000-00000000000000000000-00000000000000aa.arrow")
-	if err := os.WriteFile(stray, []byte("partial"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	second := startProc(t, nil, args...)
-	deadline = time.Now().Add(120 * time.Second)
-	for !strings.Contains(string(second.stderr.bytes()), `msg="snapshot done"`) {
-		if second.exited() || time.Now().After(deadline) {
-			t.Fatalf("the second ingest did not finish its snapshot\nstderr:\n%s", second.stderr.bytes())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	doneRows := killAtHalf(t, first, dir, "pg", []string{"public.big"}, deadline)
+	t.Logf("%d writes so far", writes.Load())
+	second, frac, log := resumeSnapshot(t, args, dir, "pg", doneRows)
 	time.Sleep(300 * time.Millisecond) // writes after the snapshot too
 	halt()
-	log := string(second.stderr.bytes())
-	m := stagedLineRe.FindStringSubmatch(log)
-	if m == nil {
-		t.Fatalf("no snapshot staged line in the second run's log:\n%s", log)
-	}
-	copied, _ := strconv.ParseInt(m[1], 10, 64)
-	resumed, _ := strconv.ParseInt(m[2], 10, 64)
-	frac := float64(copied) / float64(copied+resumed)
-	t.Logf("second run: %d rows copied again, %d resumed: %.1f%% of the snapshot copied again; %d writes", copied, resumed, 100*frac, writes.Load())
+	t.Logf("%d writes", writes.Load())
 	anew := strings.Contains(log, "copying anew")
-	if resumed != doneRows && !anew {
-		t.Errorf("the second run resumed %d rows, the record had %d", resumed, doneRows)
-	}
-	if m := regexp.MustCompile(`msg="snapshot resumed".* stray_files_removed=(\d+)`).FindStringSubmatch(log); m == nil || m[1] == "0" {
-		t.Errorf("the restart did not sweep the stray staged file: %v", m)
-	}
-	if _, err := os.Stat(stray); !os.IsNotExist(err) {
-		t.Errorf("stray staged file after the restart: %v", err)
-	}
 	// (A snapshot copied anew creates the slot with its copy: nothing to
 	// rewind.)
 	if !anew && !regexp.MustCompile(`msg="snapshot rewound".* rewound=[1-9]`).MatchString(log) {
@@ -334,10 +244,153 @@ func snapshotResume(t *testing.T, identity string, insertsOnly bool) (float64, s
 	if code := second.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("second ingest after SIGTERM: exit %d\nstderr:\n%s", code, second.stderr.bytes())
 	}
-	if _, err := os.Stat(filepath.Join(dir, "staged", "pg", "snapshot")); !os.IsNotExist(err) {
-		left, _ := os.ReadDir(filepath.Join(dir, "staged", "pg", "snapshot"))
-		t.Errorf("the snapshot's staged directory is still there after its commit (%d files): %v", len(left), err)
-	}
+	checkSnapshotRemoved(t, dir, "pg")
 	t.Logf("%d rows upstream, exact at %d", len(want), at)
 	return frac, log
+}
+
+// killAtHalf SIGKILLs p once the snapshot record of source in dir has at
+// least half its chunks done (failing at deadline), checks what the kill
+// leaves (progress lines in p's log, nothing of collections visible, the
+// staged files, status saying the snapshot was interrupted), puts a
+// stray staged file in the directory for the restart to sweep, and
+// returns the rows of the chunks done.
+func killAtHalf(t *testing.T, p *proc, dir, source string, collections []string, deadline time.Time) int64 {
+	t.Helper()
+	var done, total int
+	for {
+		var ok bool
+		if done, total, _, ok = readSnapRecordChunks(dir, source); ok && total > 0 && 2*done >= total {
+			break
+		}
+		if p.exited() || time.Now().After(deadline) {
+			t.Fatalf("the first ingest did not get half through its snapshot (%d of %d chunks)\nstderr:\n%s", done, total, p.stderr.bytes())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	p.kill(t)
+	if total < 8 {
+		t.Fatalf("the snapshot has %d chunks, want at least 8 for the test to mean something", total)
+	}
+	done, _, doneRows, _ := readSnapRecordChunks(dir, source)
+	t.Logf("killed with %d of %d chunks done (%d rows)", done, total, doneRows)
+	if !strings.Contains(string(p.stderr.bytes()), `msg="snapshot progress"`) {
+		t.Errorf("no progress line in the first run's log:\n%s", p.stderr.bytes())
+	}
+
+	// Nothing staged is visible: the collections have no rows and no
+	// batch, though the staged directory holds the finished chunks.
+	st, err := store.Open(t.Context(), dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range collections {
+		sh, err := st.Shard(t.Context(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := sh.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Upper != 0 || len(info.Batches) != 0 {
+			t.Errorf("after the kill %s has upper %d and %d batches, want nothing", c, info.Upper, len(info.Batches))
+		}
+	}
+	sdir := filepath.Join(dir, "staged", source, "snapshot")
+	staged, _ := os.ReadDir(sdir)
+	if len(staged) < 2 {
+		t.Errorf("%d staged files after the kill, want the record and the chunks' files", len(staged))
+	}
+
+	// status says the snapshot was interrupted, and how far it got.
+	var sn *snapshotStatus
+	for _, src := range statusOf(t, dir).Sources {
+		if src.Name == source {
+			sn = src.Snapshot
+		}
+	}
+	chunks := 0
+	if sn != nil {
+		for _, tp := range sn.Tables {
+			chunks += tp.Chunks
+		}
+	}
+	if sn == nil || sn.Running || len(sn.Tables) != len(collections) || chunks != total {
+		t.Errorf("status after the kill: %+v, want the snapshot interrupted with %d chunks", sn, total)
+	}
+
+	// A stray staged file (as a crash while a run was written leaves) is
+	// swept at the restart.
+	stray := filepath.Join(sdir, strayStagedFile)
+	if err := os.WriteFile(stray, []byte("partial"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return doneRows
+}
+
+// strayStagedFile is the name of the stray file killAtHalf leaves.
+const strayStagedFile = "00000000000000000000-00000000000000000000-00000000000000aa.arrow"
+
+// resumeSnapshot starts the ingest of args again after killAtHalf, waits
+// for its snapshot to be done, and checks that it resumed the doneRows
+// of the record (unless it copied anew) and swept the stray file. It
+// returns the process, the fraction of the rows it copied again (from
+// its "snapshot staged" line) and its log so far.
+func resumeSnapshot(t *testing.T, args []string, dir, source string, doneRows int64) (*proc, float64, string) {
+	t.Helper()
+	p := startProc(t, nil, args...)
+	deadline := time.Now().Add(120 * time.Second)
+	for !strings.Contains(string(p.stderr.bytes()), `msg="snapshot done"`) {
+		if p.exited() || time.Now().After(deadline) {
+			t.Fatalf("the second ingest did not finish its snapshot\nstderr:\n%s", p.stderr.bytes())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	log := string(p.stderr.bytes())
+	m := stagedLineRe.FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("no snapshot staged line in the second run's log:\n%s", log)
+	}
+	copied, _ := strconv.ParseInt(m[1], 10, 64)
+	resumed, _ := strconv.ParseInt(m[2], 10, 64)
+	frac := float64(copied) / float64(copied+resumed)
+	t.Logf("second run: %d rows copied again, %d resumed: %.1f%% of the snapshot copied again", copied, resumed, 100*frac)
+	if resumed != doneRows && !strings.Contains(log, "copying anew") {
+		t.Errorf("the second run resumed %d rows, the record had %d", resumed, doneRows)
+	}
+	if m := regexp.MustCompile(`msg="snapshot resumed".* stray_files_removed=(\d+)`).FindStringSubmatch(log); m == nil || m[1] == "0" {
+		t.Errorf("the restart did not sweep the stray staged file: %v", m)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "staged", source, "snapshot", strayStagedFile)); !os.IsNotExist(err) {
+		t.Errorf("stray staged file after the restart: %v", err)
+	}
+	return p, frac, log
+}
+
+// checkSnapshotRemoved checks that the staged snapshot of source in dir
+// is gone (after its commit).
+func checkSnapshotRemoved(t *testing.T, dir, source string) {
+	t.Helper()
+	sdir := filepath.Join(dir, "staged", source, "snapshot")
+	if _, err := os.Stat(sdir); !os.IsNotExist(err) {
+		left, _ := os.ReadDir(sdir)
+		t.Errorf("the snapshot's staged directory is still there after its commit (%d files): %v", len(left), err)
+	}
+}
+
+// startPlanned starts the ingest of args and waits until the snapshot
+// record of source in dir exists (the snapshot is planned); it returns
+// the process and the deadline for its snapshot.
+func startPlanned(t *testing.T, args []string, dir, source string) (*proc, time.Time) {
+	t.Helper()
+	p := startProc(t, nil, args...)
+	deadline := time.Now().Add(90 * time.Second)
+	for _, _, _, ok := readSnapRecordChunks(dir, source); !ok; _, _, _, ok = readSnapRecordChunks(dir, source) {
+		if p.exited() || time.Now().After(deadline) {
+			t.Fatalf("the first ingest planned no snapshot\nstderr:\n%s", p.stderr.bytes())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return p, deadline
 }

@@ -28,13 +28,13 @@ import (
 func init() {
 	formats := func(cmd string) []cli.Flag {
 		return []cli.Flag{
-			&cli.StringFlag{Name: "envelope", Value: "none", Usage: "kafka: none (append-only), upsert (one row per key) or debezium (Debezium change events: the after row per record key; needs --key-format json --value-format json)"},
-			&cli.StringFlag{Name: "key-format", Value: "bytes", Usage: "kafka: bytes, text, json or avro (with --schema-registry; subject <topic>-key)"},
-			&cli.StringFlag{Name: "value-format", Value: "bytes", Usage: "kafka: bytes, text, json or avro (with --schema-registry; subject <topic>-value)"},
+			&cli.StringFlag{Name: "envelope", Value: "none", Usage: "kafka: none (append-only), upsert (one row per key) or debezium (Debezium change events: the after row per record key; key and value formats json, or avro, protobuf or json-schema with --schema-registry)"},
+			&cli.StringFlag{Name: "key-format", Value: "bytes", Usage: "kafka: bytes, text, json, avro, json-schema or protobuf (those three with --schema-registry; subject <topic>-key)"},
+			&cli.StringFlag{Name: "value-format", Value: "bytes", Usage: "kafka: bytes, text, json, avro, json-schema or protobuf (those three with --schema-registry; subject <topic>-value)"},
 			&cli.IntFlag{Name: "max-record-bytes", Value: replicate.DefaultMaxRecordBytes, Usage: "kafka: largest record (key+value+headers) accepted"},
 			&cli.StringFlag{Name: "on-decode-error", Value: kafkafmt.PolicyFail, Usage: "kafka: a record that does not decode: fail (a definite error of the collection), skip (dropped, counted) or inline (kept with its raw bytes and error)"},
-			&cli.IntFlag{Name: "key-schema-version", Usage: "kafka: avro: read keys as this version of subject <topic>-key (default: the latest at start)"},
-			&cli.IntFlag{Name: "value-schema-version", Usage: "kafka: avro: read values as this version of subject <topic>-value (default: the latest at start)"},
+			&cli.IntFlag{Name: "key-schema-version", Usage: "kafka: avro, json-schema, protobuf: read keys as this version of subject <topic>-key (default: the latest at start)"},
+			&cli.IntFlag{Name: "value-schema-version", Usage: "kafka: avro, json-schema, protobuf: read values as this version of subject <topic>-value (default: the latest at start)"},
 		}
 	}
 	topicFlag := &cli.StringFlag{Name: "topic", Usage: "kafka: the topic"}
@@ -160,10 +160,11 @@ func kafkaSecurityFlags() []cli.Flag {
 	}
 }
 
-// schemaRegistryFlags name the schema registry of the avro format.
+// schemaRegistryFlags name the schema registry of the avro,
+// json-schema and protobuf formats.
 func schemaRegistryFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "schema-registry", EnvVars: []string{"RTR_SCHEMA_REGISTRY_URL"}, Usage: "kafka: URL of the Confluent-compatible schema registry of --key-format/--value-format avro"},
+		&cli.StringFlag{Name: "schema-registry", EnvVars: []string{"RTR_SCHEMA_REGISTRY_URL"}, Usage: "kafka: URL of the Confluent-compatible schema registry of --key-format/--value-format avro, json-schema or protobuf"},
 		&cli.StringFlag{Name: "schema-registry-user", EnvVars: []string{"RTR_SCHEMA_REGISTRY_USER"}, Usage: "kafka: schema registry basic auth user (basic.auth.user.info's user)"},
 		&cli.StringFlag{Name: "schema-registry-password-file", Usage: "kafka: file holding the schema registry password (one line; default: $" + envRegistryPassword + ")"},
 		&cli.StringFlag{Name: "schema-registry-ca", Usage: "kafka: PEM file of the CAs to trust for the schema registry instead of the system's"},
@@ -188,14 +189,14 @@ func kafkaFormatConfig(c *cli.Context) (ingest.KafkaConfig, error) {
 	if !slices.Contains(kafkafmt.Policies, fc.OnDecodeError) {
 		return fc, usagef("use --on-decode-error fail, skip or inline", "bad --on-decode-error %q", fc.OnDecodeError)
 	}
-	avro := false
+	registryFormat := "" // a format that needs the registry
 	for _, f := range []string{"key-format", "value-format"} {
 		_, err := kafkafmt.ParseFormat(c.String(f))
 		switch {
 		case errors.Is(err, kafkafmt.ErrNeedsRegistry):
-			avro = true
+			registryFormat = c.String(f)
 		case err != nil:
-			return fc, usagef("use --"+f+" bytes, text, json or avro", "bad --%s %q", f, c.String(f))
+			return fc, usagef("use --"+f+" bytes, text, json, avro, json-schema or protobuf", "bad --%s %q", f, c.String(f))
 		}
 	}
 	for _, f := range []string{"key-schema-version", "value-schema-version"} {
@@ -204,11 +205,11 @@ func kafkaFormatConfig(c *cli.Context) (ingest.KafkaConfig, error) {
 		}
 	}
 	url := c.String("schema-registry")
-	if !avro {
+	if registryFormat == "" {
 		return fc, nil
 	}
 	if url == "" {
-		return fc, usagef("pass --schema-registry URL (or set RTR_SCHEMA_REGISTRY_URL)", "--key-format/--value-format avro needs a schema registry")
+		return fc, usagef("pass --schema-registry URL (or set RTR_SCHEMA_REGISTRY_URL)", "--key-format/--value-format %s needs a schema registry", registryFormat)
 	}
 	reg, err := schemaRegistry(c, url)
 	if err != nil {

@@ -72,7 +72,16 @@ func init() {
 					return nil, err
 				}
 			}
-			return ingest.NewMySQL(ingest.MySQLConfig{Upstream: u.(mysqlUpstream).my, Tables: tables, Parallel: c.Int("parallel"), Source: sourceID(c, "mysql"), Resnapshot: resnap}), nil
+			cache, err := theMemory.stateCache(c)
+			if err != nil {
+				return nil, err
+			}
+			copyMem, err := theMemory.txnMemory(c) // a re-snapshot's copy is staged as a transaction is
+			if err != nil {
+				return nil, err
+			}
+			return ingest.NewMySQL(ingest.MySQLConfig{Upstream: u.(mysqlUpstream).my, Tables: tables, Parallel: c.Int("parallel"), Source: sourceID(c, "mysql"), Resnapshot: resnap,
+				ProgressInterval: c.Duration("progress-interval"), StateDir: c.String("state-dir"), StateCache: cache, CopyMemory: copyMem}), nil
 		},
 		recorded:     recordedVia(upstream.ParseMySQL, probe.NewMySQL),
 		upstreamFlag: "dsn",

@@ -66,10 +66,19 @@ func init() {
 					return nil, err
 				}
 			}
+			cache, err := theMemory.stateCache(c)
+			if err != nil {
+				return nil, err
+			}
+			copyMem, err := theMemory.txnMemory(c) // a re-snapshot's copy is staged as a transaction is
+			if err != nil {
+				return nil, err
+			}
 			return ingest.NewPG(ingest.PGConfig{
 				Upstream: u.(pgUpstream).pg, Publication: c.String("publication"), Slot: c.String("slot"),
 				Tables: tables, Parallel: c.Int("parallel"), Source: sourceID(c, "pg"), Resnapshot: resnap,
 				ProgressInterval: c.Duration("progress-interval"),
+				StateDir:         c.String("state-dir"), StateCache: cache, CopyMemory: copyMem,
 			}), nil
 		},
 		recorded:     recordedVia(upstream.ParsePostgres, probe.NewPostgres),

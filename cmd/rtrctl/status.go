@@ -54,7 +54,7 @@ on the server it names means anything.
 
 While an ingest's initial snapshot runs, or after one was interrupted
 (it resumes at the next ingest), a SNAPSHOT section shows per table the
-rows copied, the estimate (pg_class.reltuples), the chunks done, the rate
+rows copied, the estimate (pg_class.reltuples; MySQL: TABLE_ROWS), the chunks done, the rate
 and the time left; the source is listed before it has any binding.
 
 --probe-recorded measures the sources the flags do not name against the

@@ -97,7 +97,10 @@ func (c pgTypeCase) tables() []string {
 	return []string{"t_" + c.name}
 }
 
-func TestTypesPostgres(t *testing.T) {
+// newPGTypesDB makes the matrix's tables, each holding its case's values
+// (ids 1..n) and a NULL (id n+1), published as rtr; the connection's
+// session prints values in the forms read prints. It returns the tables.
+func newPGTypesDB(t *testing.T) (*ingestDB, []string) {
 	ddl := []string{"CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')"}
 	var all []string
 	for _, c := range pgTypeCases {
@@ -116,7 +119,11 @@ func TestTypesPostgres(t *testing.T) {
 	ddl = append(ddl, "CREATE PUBLICATION rtr FOR TABLE "+strings.Join(all, ", "),
 		// The database's own output, in the forms read prints.
 		"SET TimeZone = 'UTC'", "SET extra_float_digits = 3", "SET IntervalStyle = postgres", "SET DateStyle = 'ISO, MDY'")
-	db := newPGDB(t, ddl...)
+	return newPGDB(t, ddl...), all
+}
+
+func TestTypesPostgres(t *testing.T) {
+	db, all := newPGTypesDB(t)
 	dir := t.TempDir() + "/store"
 	p := startProc(t, nil, keyedArgs(db, db.newSlotName(t), dir, "--interval", "30ms")...)
 
@@ -198,23 +205,7 @@ func pgTextRows(t *testing.T, db *ingestDB, table, expect string) map[string]str
 	if expect == "" {
 		expect = "v::text"
 	}
-	rows, err := db.conn.Query(ctxT(t), fmt.Sprintf("SELECT id::text, coalesce(%s, '') FROM %s", expect, table))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string]string{}
-	for rows.Next() {
-		var id, v string
-		if err := rows.Scan(&id, &v); err != nil {
-			t.Fatal(err)
-		}
-		out[id] = v
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return pgExprRows(t, db, table, expect, "")
 }
 
 // TestIngestBadValuesPostgres: values Arrow's types cannot hold fail only

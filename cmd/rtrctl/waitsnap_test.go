@@ -102,16 +102,9 @@ func TestWaitRecentDuringSnapshot(t *testing.T) {
 	t.Logf("wait-recent waited %s for the snapshot", took.Round(time.Millisecond))
 }
 
-// terminalProc is rtrctl run with its stderr on a pseudo-terminal.
-type terminalProc struct {
-	cmd    *exec.Cmd
-	screen *lockedBuffer
-	read   chan struct{}
-}
-
-// startOnTerminal starts rtrctl args with stderr on a new pseudo-terminal
-// (stdout discarded) and reads what it draws there.
-func startOnTerminal(t *testing.T, args ...string) *terminalProc {
+// openPTY opens a new pseudo-terminal: its controlling side (closed at
+// t.Cleanup) and its terminal side (the caller closes it).
+func openPTY(t *testing.T) (ptmx, pts *os.File) {
 	t.Helper()
 	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
 	if err != nil {
@@ -125,10 +118,25 @@ func startOnTerminal(t *testing.T, args ...string) *terminalProc {
 	if err != nil {
 		t.Fatalf("name the pseudo-terminal: %v", err)
 	}
-	pts, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
+	pts, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
 	if err != nil {
 		t.Fatalf("open the pseudo-terminal's other end: %v", err)
 	}
+	return ptmx, pts
+}
+
+// terminalProc is rtrctl run with its stderr on a pseudo-terminal.
+type terminalProc struct {
+	cmd    *exec.Cmd
+	screen *lockedBuffer
+	read   chan struct{}
+}
+
+// startOnTerminal starts rtrctl args with stderr on a new pseudo-terminal
+// (stdout discarded) and reads what it draws there.
+func startOnTerminal(t *testing.T, args ...string) *terminalProc {
+	t.Helper()
+	ptmx, pts := openPTY(t)
 	defer pts.Close()
 	p := &terminalProc{cmd: exec.Command(rtrctlBin(t), args...), screen: &lockedBuffer{}, read: make(chan struct{})}
 	p.cmd.Stderr = pts

@@ -34,8 +34,15 @@ func run(args []string) error {
 	}
 	switch args[0] {
 	case "gen-pipe":
-		if len(args) != 3 {
-			return errors.New("usage: benchtool gen-pipe ROWS RETRACT_PERCENT")
+		if len(args) != 3 && len(args) != 4 {
+			return errors.New("usage: benchtool gen-pipe ROWS RETRACT_PERCENT [FIRST_TIME]")
+		}
+		first := uint64(1)
+		if len(args) == 4 {
+			var err error
+			if first, err = strconv.ParseUint(args[3], 10, 64); err != nil || first == 0 {
+				return fmt.Errorf("bad FIRST_TIME %q: a positive integer", args[3])
+			}
 		}
 		n, err := strconv.Atoi(args[1])
 		if err != nil {
@@ -45,7 +52,7 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		return genPipe(os.Stdout, n, pct)
+		return genPipe(os.Stdout, n, pct, first)
 	case "decode":
 		start := time.Now()
 		rows, err := decode(os.Stdin)
@@ -59,10 +66,11 @@ func run(args []string) error {
 	return fmt.Errorf("unknown command %q", args[0])
 }
 
-// genPipe writes n rows of collection bench.rows at system times 1..,
+// genPipe writes n rows of collection bench.rows at system times first..,
 // 64k rows a batch, then a progress record closing them. pct percent of
-// the rows are retractions of earlier rows.
-func genPipe(w io.Writer, n, pct int) error {
+// the rows are retractions of earlier rows. The rows do not depend on
+// first: two runs at different times hold the same rows.
+func genPipe(w io.Writer, n, pct int, first uint64) error {
 	mem := memory.DefaultAllocator
 	pw := pipe.NewWriter(w, mem)
 	h := pipe.Header{Kind: pipe.KindData, Collection: "bench.rows", Source: "bench", Domain: frontier.DomainSystem}
@@ -88,7 +96,7 @@ func genPipe(w io.Writer, n, pct int) error {
 		b.Field(0).(*array.Int64Builder).Append(key)
 		b.Field(1).(*array.StringBuilder).Append(fmt.Sprintf("name-%015d", key%1_000_000_000_000_000))
 		b.Field(2).(*array.Float64Builder).Append(float64(key%1000) / 10)
-		b.Field(3).(*array.Uint64Builder).Append(uint64(1 + i/batch))
+		b.Field(3).(*array.Uint64Builder).Append(first + uint64(i/batch))
 		b.Field(4).(*array.Int64Builder).Append(diff)
 		if (i+1)%batch == 0 || i == n-1 {
 			rec := b.NewRecord()
@@ -99,7 +107,7 @@ func genPipe(w io.Writer, n, pct int) error {
 			}
 		}
 	}
-	if err := pw.WriteProgress("bench.rows", "bench", frontier.Single(frontier.DomainSystem, uint64(2+n/batch))); err != nil {
+	if err := pw.WriteProgress("bench.rows", "bench", frontier.Single(frontier.DomainSystem, first+uint64(1+n/batch))); err != nil {
 		return err
 	}
 	return pw.Close()

@@ -57,13 +57,35 @@ func Ensure(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("ensure node: %s is not on PATH: install Node.js 18 or later (e.g. apt-get install nodejs npm) to run the interop tests: %w", tool, err)
 		}
 	}
-	if fileExists(filepath.Join(dir, "node_modules", "apache-arrow", "package.json")) {
+	if installed(dir) {
 		return dir, nil
 	}
 	if err := install(ctx, dir); err != nil {
 		return "", err
 	}
 	return dir, nil
+}
+
+// installed reports whether every dependency package.json names is in
+// node_modules (a node_modules installed before a dependency was added
+// lacks it).
+func installed(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "package.json"))
+	if err != nil {
+		return false
+	}
+	var pkg struct {
+		Dependencies map[string]string `json:"dependencies"`
+	}
+	if json.Unmarshal(b, &pkg) != nil || len(pkg.Dependencies) == 0 {
+		return false
+	}
+	for name := range pkg.Dependencies {
+		if !fileExists(filepath.Join(dir, "node_modules", filepath.FromSlash(name), "package.json")) {
+			return false
+		}
+	}
+	return true
 }
 
 // install runs npm in a private copy of the project and moves the result
@@ -98,8 +120,17 @@ func install(ctx context.Context, dir string) error {
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("install node modules: npm %s in %s failed (is the npm registry reachable? run it by hand to see): %w\n%s", strings.Join(args, " "), dir, err, out.Bytes())
 	}
+	if installed(dir) {
+		return nil // another installer won the race
+	}
+	// A stale node_modules (missing a dependency) moves aside first.
+	if fileExists(filepath.Join(dir, "node_modules")) {
+		if err := os.Rename(filepath.Join(dir, "node_modules"), filepath.Join(tmp, "node_modules.old")); err != nil && !installed(dir) {
+			return fmt.Errorf("install node modules: move the stale node_modules aside: %w", err)
+		}
+	}
 	if err := os.Rename(filepath.Join(tmp, "node_modules"), filepath.Join(dir, "node_modules")); err != nil {
-		if fileExists(filepath.Join(dir, "node_modules", "apache-arrow", "package.json")) {
+		if installed(dir) {
 			return nil // another installer won the race
 		}
 		return fmt.Errorf("install node modules: %w", err)

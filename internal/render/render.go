@@ -5,7 +5,6 @@ package render
 
 import (
 	"bufio"
-	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -60,15 +59,7 @@ func Value(col arrow.Array, i int) string {
 	case *array.Timestamp:
 		return timestamp(int64(c.Value(i)), c.DataType().(*arrow.TimestampType))
 	case *array.Date32:
-		switch v := c.Value(i); v {
-		case dateInfinity:
-			return "infinity"
-		case dateNegInfinity:
-			return "-infinity"
-		default:
-			d, bc := date(int64(v))
-			return d + bc
-		}
+		return string(appendDate32(nil, int32(c.Value(i))))
 	case *array.Time64:
 		return clock(uint64(c.Value(i)), c.DataType().(*arrow.Time64Type).Unit)
 	case *array.Time32:
@@ -136,28 +127,19 @@ func table(w io.Writer, rec arrow.Record, repeat func(int) int64) error {
 }
 
 func csvRows(w io.Writer, rec arrow.Record, repeat func(int) int64) error {
-	cw := csv.NewWriter(w)
+	cw := &csvWriter{bw: bufio.NewWriter(w)}
 	n := int(rec.NumCols())
 	header := make([]string, n)
 	for j := 0; j < n; j++ {
 		header[j] = rec.ColumnName(j)
 	}
-	if err := cw.Write(header); err != nil {
+	if err := cw.header(header); err != nil {
 		return err
 	}
-	row := make([]string, n)
-	for i := 0; i < int(rec.NumRows()); i++ {
-		for j := 0; j < n; j++ {
-			row[j] = Value(rec.Column(j), i)
-		}
-		for k := int64(0); k < times(repeat, i); k++ {
-			if err := cw.Write(row); err != nil {
-				return err
-			}
-		}
+	if err := cw.rows(rec, repeat); err != nil {
+		return err
 	}
-	cw.Flush()
-	return cw.Error()
+	return cw.bw.Flush()
 }
 
 func jsonRows(w io.Writer, rec arrow.Record, repeat func(int) int64) error {

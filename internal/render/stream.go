@@ -2,7 +2,6 @@ package render
 
 import (
 	"bufio"
-	"encoding/csv"
 	"fmt"
 	"io"
 	"strings"
@@ -24,10 +23,9 @@ type Stream struct {
 	format string
 	names  []string
 	bw     *bufio.Writer
-	cw     *csv.Writer
+	cw     *csvWriter
 	rows   [][]string // table: the buffered window, header first
 	width  []int
-	row    []string
 }
 
 // NewStream begins a stream of records with the given columns in format
@@ -37,11 +35,10 @@ func NewStream(w io.Writer, format string, fields []arrow.Field) (*Stream, error
 	for _, f := range fields {
 		s.names = append(s.names, f.Name)
 	}
-	s.row = make([]string, len(fields))
 	switch format {
 	case "csv":
-		s.cw = csv.NewWriter(s.bw)
-		if err := s.cw.Write(s.names); err != nil {
+		s.cw = &csvWriter{bw: s.bw}
+		if err := s.cw.header(s.names); err != nil {
 			return nil, err
 		}
 	case "table":
@@ -60,17 +57,7 @@ func (s *Stream) Write(rec arrow.Record, repeat func(row int) int64) error {
 	case "json":
 		return jsonRows(s.bw, rec, repeat)
 	case "csv":
-		for i := 0; i < int(rec.NumRows()); i++ {
-			for j := range s.row {
-				s.row[j] = Value(rec.Column(j), i)
-			}
-			for k := int64(0); k < times(repeat, i); k++ {
-				if err := s.cw.Write(s.row); err != nil {
-					return err
-				}
-			}
-		}
-		return s.cw.Error()
+		return s.cw.rows(rec, repeat)
 	}
 	for i := 0; i < int(rec.NumRows()); i++ {
 		row := make([]string, len(s.names))
@@ -120,11 +107,6 @@ func (s *Stream) flushTable() error {
 // Close writes what is buffered.
 func (s *Stream) Close() error {
 	switch s.format {
-	case "csv":
-		s.cw.Flush()
-		if err := s.cw.Error(); err != nil {
-			return err
-		}
 	case "table":
 		if err := s.flushTable(); err != nil {
 			return err

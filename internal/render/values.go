@@ -27,36 +27,29 @@ const (
 // extra_float_digits > 0: the shortest digits that read back exactly, in
 // fixed notation for decimal exponents from -4 up to 14 (float8) or 5
 // (float4), else as d.ddde±XX; NaN, Infinity, -Infinity; -0 keeps its sign.
-func formatFloat(f float64, bits int) string {
-	switch {
-	case math.IsNaN(f):
-		return "NaN"
-	case math.IsInf(f, 1):
-		return "Infinity"
-	case math.IsInf(f, -1):
-		return "-Infinity"
-	}
-	e := strconv.FormatFloat(f, 'e', -1, bits)
-	exp, _ := strconv.Atoi(e[strings.IndexByte(e, 'e')+1:])
-	fixedBelow := 15
-	if bits == 32 {
-		fixedBelow = 6
-	}
-	if f == 0 || (exp >= -4 && exp < fixedBelow) {
-		return strconv.FormatFloat(f, 'f', -1, bits)
-	}
-	return e
-}
+func formatFloat(f float64, bits int) string { return string(appendFloat(nil, f, bits)) }
 
 // fraction prints the fractional part frac (of digits decimal digits) as
 // ".ddd" without trailing zeros, or "" for 0.
-func fraction(frac int64, digits int) string {
+func fraction(frac int64, digits int) string { return string(appendFraction(nil, frac, digits)) }
+
+func appendFraction(dst []byte, frac int64, digits int) []byte {
 	if frac == 0 {
-		return ""
+		return dst
 	}
-	s := strconv.FormatInt(frac, 10)
-	s = strings.Repeat("0", digits-len(s)) + s
-	return "." + strings.TrimRight(s, "0")
+	dst = append(dst, '.')
+	start := len(dst)
+	for k := digits - 1; k >= 0; k-- {
+		dst = append(dst, '0')
+	}
+	for k := len(dst) - 1; k >= start; k-- {
+		dst[k] = byte('0' + frac%10)
+		frac /= 10
+	}
+	for len(dst) > start && dst[len(dst)-1] == '0' {
+		dst = dst[:len(dst)-1]
+	}
+	return dst
 }
 
 // unitDigits is the number of fractional second digits of unit, and how
@@ -75,18 +68,25 @@ func unitDigits(unit arrow.TimeUnit) (int, int64) {
 
 // clock prints a time of day (or of an interval) of v units: HH:MM:SS
 // with the fraction when not 0; hours may exceed 24 (time's 24:00:00).
-func clock(v uint64, unit arrow.TimeUnit) string {
+func clock(v uint64, unit arrow.TimeUnit) string { return string(appendClock(nil, v, unit)) }
+
+func appendClock(dst []byte, v uint64, unit arrow.TimeUnit) []byte {
 	digits, per := unitDigits(unit)
 	secs, frac := v/uint64(per), int64(v%uint64(per))
 	h, m, s := secs/3600, secs/60%60, secs%60
-	return pad2(h) + ":" + pad2(m) + ":" + pad2(s) + fraction(frac, digits)
+	dst = appendPad2(dst, h)
+	dst = appendPad2(append(dst, ':'), m)
+	dst = appendPad2(append(dst, ':'), s)
+	return appendFraction(dst, frac, digits)
 }
 
-func pad2(v uint64) string {
+func pad2(v uint64) string { return string(appendPad2(nil, v)) }
+
+func appendPad2(dst []byte, v uint64) []byte {
 	if v < 10 {
-		return "0" + strconv.FormatUint(v, 10)
+		return append(dst, '0', byte('0'+v))
 	}
-	return strconv.FormatUint(v, 10)
+	return strconv.AppendUint(dst, v, 10)
 }
 
 // civil returns the proleptic Gregorian date of days since 1970-01-01
@@ -116,16 +116,36 @@ func civil(days int64) (y, m, d int64) {
 // date prints days since 1970-01-01 as YYYY-MM-DD, " BC" after a year
 // before 1 AD; the int32 sentinels as infinity and -infinity.
 func date(days int64) (string, string) {
+	d, bc := appendDate(nil, days)
+	return string(d), bc
+}
+
+// appendDate appends date's YYYY-MM-DD and returns its " BC" apart.
+func appendDate(dst []byte, days int64) ([]byte, string) {
 	y, m, d := civil(days)
 	bc := ""
 	if y <= 0 {
 		y, bc = 1-y, " BC"
 	}
-	ys := strconv.FormatInt(y, 10)
-	if len(ys) < 4 {
-		ys = strings.Repeat("0", 4-len(ys)) + ys
+	for p := int64(1000); p > 1 && y < p; p /= 10 {
+		dst = append(dst, '0')
 	}
-	return ys + "-" + pad2(uint64(m)) + "-" + pad2(uint64(d)), bc
+	dst = strconv.AppendInt(dst, y, 10)
+	dst = appendPad2(append(dst, '-'), uint64(m))
+	dst = appendPad2(append(dst, '-'), uint64(d))
+	return dst, bc
+}
+
+// appendDate32 appends a date32's text (Value's).
+func appendDate32(dst []byte, v int32) []byte {
+	switch v {
+	case dateInfinity:
+		return append(dst, "infinity"...)
+	case dateNegInfinity:
+		return append(dst, "-infinity"...)
+	}
+	dst, bc := appendDate(dst, int64(v))
+	return append(dst, bc...)
 }
 
 func floorDiv(a, b int64) (q, r int64) {
@@ -140,26 +160,57 @@ func floorDiv(a, b int64) (q, r int64) {
 // then the zone's offset when the type has one (+00 for UTC), then " BC";
 // int64's extremes (pkg/pgarrow's sentinels) are infinity and -infinity.
 func timestamp(v int64, typ *arrow.TimestampType) string {
+	return string(appendTimestamp(nil, v, typ))
+}
+
+func appendTimestamp(dst []byte, v int64, typ *arrow.TimestampType) []byte {
+	return newTimestampFormat(typ).append(dst, v)
+}
+
+// timestampFormat prints timestamps of one type: the zone is looked up
+// once (time.LoadLocation reads the zone database on every call), not
+// per value.
+type timestampFormat struct {
+	unit arrow.TimeUnit
+	per  int64
+	// zoned: the type has a time zone; loc is it when it is not UTC
+	// (nil: +00).
+	zoned bool
+	loc   *time.Location
+}
+
+func newTimestampFormat(typ *arrow.TimestampType) timestampFormat {
+	_, per := unitDigits(typ.Unit)
+	f := timestampFormat{unit: typ.Unit, per: per, zoned: typ.TimeZone != ""}
+	if f.zoned {
+		if loc, err := time.LoadLocation(typ.TimeZone); err == nil && loc != time.UTC {
+			f.loc = loc
+		}
+	}
+	return f
+}
+
+func (f timestampFormat) append(dst []byte, v int64) []byte {
 	switch v {
 	case math.MaxInt64:
-		return "infinity"
+		return append(dst, "infinity"...)
 	case math.MinInt64:
-		return "-infinity"
+		return append(dst, "-infinity"...)
 	}
-	_, per := unitDigits(typ.Unit)
-	secs, sub := floorDiv(v, per)
+	secs, sub := floorDiv(v, f.per)
 	off := ""
-	if typ.TimeZone != "" {
+	if f.zoned {
 		off = "+00"
-		if loc, err := time.LoadLocation(typ.TimeZone); err == nil && loc != time.UTC {
-			_, o := time.Unix(secs, 0).In(loc).Zone()
+		if f.loc != nil {
+			_, o := time.Unix(secs, 0).In(f.loc).Zone()
 			secs += int64(o)
 			off = offset(o)
 		}
 	}
 	days, sod := floorDiv(secs, 86400)
-	d, bc := date(days)
-	return d + " " + clock(uint64(sod)*uint64(per)+uint64(sub), typ.Unit) + off + bc
+	dst, bc := appendDate(dst, days)
+	dst = appendClock(append(dst, ' '), uint64(sod)*uint64(f.per)+uint64(sub), f.unit)
+	return append(append(dst, off...), bc...)
 }
 
 // offset prints a UTC offset in seconds as PostgreSQL does: +05, -03:30.

@@ -117,6 +117,13 @@ func (t *DebeziumTable) source(op string, pos int64, tsMs int64) map[string]any 
 // IDENTITY DEFAULT) and after (nil for deletes); pos numbers the event
 // (its LSN, binlog position); tsMs is its ts_ms.
 func (t *DebeziumTable) Event(op string, before, after Row, pos, tsMs int64) []byte {
+	payload := map[string]any{"before": rowOrNil(before), "after": rowOrNil(after), "source": t.source(op, pos, tsMs),
+		"op": op, "ts_ms": tsMs + 2, "transaction": nil}
+	return mustJSON(map[string]any{"schema": t.envelopeSchema(), "payload": payload})
+}
+
+// envelopeSchema is the Connect schema of t's change events.
+func (t *DebeziumTable) envelopeSchema() map[string]any {
 	row := map[string]any{"type": "struct", "fields": t.fields(nil), "optional": true, "name": t.prefix() + ".Value"}
 	beforeS, afterS := clone(row), clone(row)
 	beforeS["field"], afterS["field"] = "before", "after"
@@ -129,9 +136,7 @@ func (t *DebeziumTable) Event(op string, before, after Row, pos, tsMs int64) []b
 		map[string]any{"type": "string", "optional": false, "field": "op"},
 		map[string]any{"type": "int64", "optional": true, "field": "ts_ms"}, txn},
 		"optional": false, "name": t.prefix() + ".Envelope", "version": 1}
-	payload := map[string]any{"before": rowOrNil(before), "after": rowOrNil(after), "source": t.source(op, pos, tsMs),
-		"op": op, "ts_ms": tsMs + 2, "transaction": nil}
-	return mustJSON(map[string]any{"schema": schema, "payload": payload})
+	return schema
 }
 
 // Truncate returns the value of a truncate event (op t; its record has a

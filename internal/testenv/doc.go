@@ -30,6 +30,7 @@
 //	func StartVersityGW(t testing.TB, buckets ...string) *S3Server // versitygw (S3 over a directory), stopped at t.Cleanup
 //	func Main(m *testing.M)                     // TestMain: run tests, then stop shared servers
 //	func StopShared() error                     // what Main does after m.Run
+//	type LogBuffer                             // a log sink safe for goroutines, polled with String
 //
 // LaunchPostgres, LaunchMariaDB, LaunchKafka, StopPostgresDir,
 // StopMariaDBDir, NewProxy, ParsePostgresDSN and ParseMySQLDSN are the

@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"context"
 	"crypto/subtle"
 	"crypto/tls"
 	"encoding/json"
@@ -40,8 +39,13 @@ import (
 // level, 401 unauthorized (basic auth), 50005 a body that is not JSON.
 // Compatibility (NONE, BACKWARD, FORWARD, FULL and their _TRANSITIVE
 // forms; default BACKWARD) is checked with hamba/avro's schema resolution
-// rules when a new version is registered. Only Avro schemas (schemaType
-// absent or "AVRO") are accepted; references are refused.
+// rules when a new version is registered. Avro schemas (schemaType
+// absent or "AVRO") take no references; JSON Schemas (schemaType "JSON",
+// compiled with santhosh-tekuri/jsonschema; registerJSON) are not checked
+// for compatibility and take no references; PROTOBUF schemas take
+// references and are checked as registry_proto.go says (GET
+// /schemas/ids/{id} and GET .../versions/{v} then also answer
+// "schemaType" and "references"); a subject holds one schema type.
 type Registry struct {
 	URL string // http(s)://127.0.0.1:port
 
@@ -53,9 +57,13 @@ type Registry struct {
 	mu       sync.Mutex
 	subjects map[string][]int // subject -> schema ids, version v at [v-1]
 	schemas  []string         // id -> canonical schema text, id i at [i-1]
+	types    map[int]string   // id -> schemaType, for those not AVRO
 	global   string
 	compat   map[string]string
 	requests int
+	// protos: the PROTOBUF schemas by id (registry_proto.go); an id
+	// not in it is Avro.
+	protos map[int]protoSchema
 }
 
 // RegistryOptions configures StartRegistry.
@@ -88,7 +96,7 @@ func LaunchRegistry(opts RegistryOptions) (*Registry, error) {
 		return nil, fmt.Errorf("launch registry: %w", err)
 	}
 	r := &Registry{user: opts.User, password: opts.Password, clientTLS: opts.ClientTLS, ln: ln,
-		subjects: map[string][]int{}, global: "BACKWARD", compat: map[string]string{}}
+		subjects: map[string][]int{}, types: map[int]string{}, global: "BACKWARD", compat: map[string]string{}}
 	scheme := "http"
 	if opts.TLS != nil {
 		ln = tls.NewListener(ln, opts.TLS)
@@ -96,11 +104,11 @@ func LaunchRegistry(opts RegistryOptions) (*Registry, error) {
 	}
 	r.URL = scheme + "://" + r.ln.Addr().String()
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /subjects/{subject}/versions", r.register)
+	mux.HandleFunc("POST /subjects/{subject}/versions", r.bySchemaType(r.register, r.registerProto))
 	mux.HandleFunc("GET /subjects", r.listSubjects)
 	mux.HandleFunc("GET /subjects/{subject}/versions", r.listVersions)
 	mux.HandleFunc("GET /subjects/{subject}/versions/{version}", r.getVersion)
-	mux.HandleFunc("POST /subjects/{subject}", r.lookup)
+	mux.HandleFunc("POST /subjects/{subject}", r.bySchemaType(r.lookup, r.lookupProto))
 	mux.HandleFunc("GET /schemas/ids/{id}", r.getID)
 	mux.HandleFunc("GET /schemas/ids/{id}/versions", r.getIDVersions)
 	mux.HandleFunc("GET /config", r.getConfig)
@@ -166,15 +174,20 @@ type schemaBody struct {
 	References []json.RawMessage `json:"references,omitempty"`
 }
 
-// parseBody reads and parses a schema body; on failure it has replied.
-// The text is kept as registered: the canonical form (Schema.String)
-// drops defaults, which schema resolution needs.
-func parseBody(w http.ResponseWriter, req *http.Request) (avro.Schema, string, bool) {
+// readBody reads a schema body; on failure it has replied.
+func readBody(w http.ResponseWriter, req *http.Request) (schemaBody, bool) {
 	var b schemaBody
 	if err := json.NewDecoder(req.Body).Decode(&b); err != nil {
 		fail(w, 50005, "Unrecognized JSON: %v", err)
-		return nil, "", false
+		return b, false
 	}
+	return b, true
+}
+
+// parseBody parses an Avro schema body; on failure it has replied.
+// The text is kept as registered: the canonical form (Schema.String)
+// drops defaults, which schema resolution needs.
+func parseBody(w http.ResponseWriter, b schemaBody) (avro.Schema, string, bool) {
 	if b.SchemaType != "" && b.SchemaType != "AVRO" {
 		fail(w, 42201, "Invalid schema: schema type %s is not supported by this test registry", b.SchemaType)
 		return nil, "", false
@@ -194,6 +207,9 @@ func parseBody(w http.ResponseWriter, req *http.Request) (avro.Schema, string, b
 // same reports whether schema id is s: the same canonical form and the
 // same defaults (compared by the schemas' fingerprints and their JSON).
 func (r *Registry) same(id int, s avro.Schema) bool {
+	if r.types[id] != "" {
+		return false
+	}
 	old, err := ParseAvro(r.schemas[id-1])
 	if err != nil || old.String() != s.String() {
 		return false
@@ -211,7 +227,15 @@ func ParseAvro(text string) (avro.Schema, error) {
 
 func (r *Registry) register(w http.ResponseWriter, req *http.Request) {
 	subject := req.PathValue("subject")
-	s, text, ok := parseBody(w, req)
+	b, ok := readBody(w, req)
+	if !ok {
+		return
+	}
+	if b.SchemaType == "JSON" {
+		r.registerJSON(w, subject, b)
+		return
+	}
+	s, text, ok := parseBody(w, b)
 	if !ok {
 		return
 	}
@@ -229,6 +253,9 @@ func (r *Registry) register(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	id := slices.IndexFunc(r.schemas, func(t string) bool { return t == text }) + 1
+	if r.types[id] != "" {
+		id = 0
+	}
 	for i := range r.schemas {
 		if id == 0 && r.same(i+1, s) {
 			id = i + 1
@@ -244,14 +271,7 @@ func (r *Registry) register(w http.ResponseWriter, req *http.Request) {
 
 // compatible checks s against the subject's versions under its level.
 func (r *Registry) compatible(subject string, s avro.Schema) error {
-	level := r.level(subject)
-	ids := r.subjects[subject]
-	if level == "NONE" || len(ids) == 0 {
-		return nil
-	}
-	if !strings.HasSuffix(level, "_TRANSITIVE") {
-		ids = ids[len(ids)-1:]
-	}
+	level, ids := r.checkedIDs(subject)
 	sc := avro.NewSchemaCompatibility()
 	for _, id := range ids {
 		old, err := ParseAvro(r.schemas[id-1])
@@ -270,6 +290,20 @@ func (r *Registry) compatible(subject string, s avro.Schema) error {
 		}
 	}
 	return nil
+}
+
+// checkedIDs returns the subject's compatibility level and the ids of the
+// versions a new one is checked against under it (none for NONE).
+func (r *Registry) checkedIDs(subject string) (string, []int) {
+	level := r.level(subject)
+	ids := r.subjects[subject]
+	if level == "NONE" || len(ids) == 0 {
+		return level, nil
+	}
+	if !strings.HasSuffix(level, "_TRANSITIVE") {
+		ids = ids[len(ids)-1:]
+	}
+	return level, ids
 }
 
 func (r *Registry) level(subject string) string {
@@ -319,6 +353,8 @@ type subjectVersion struct {
 	Version int    `json:"version"`
 	ID      int    `json:"id"`
 	Schema  string `json:"schema"`
+	// SchemaType is absent for Avro, as the registry answers.
+	SchemaType string `json:"schemaType,omitempty"`
 }
 
 func (r *Registry) getVersion(w http.ResponseWriter, req *http.Request) {
@@ -342,12 +378,20 @@ func (r *Registry) getVersion(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	id := ids[v-1]
-	reply(w, http.StatusOK, subjectVersion{subject, v, id, r.schemas[id-1]})
+	reply(w, http.StatusOK, r.versionBody(subject, v, id))
 }
 
 func (r *Registry) lookup(w http.ResponseWriter, req *http.Request) {
 	subject := req.PathValue("subject")
-	s, _, ok := parseBody(w, req)
+	b, ok := readBody(w, req)
+	if !ok {
+		return
+	}
+	if b.SchemaType == "JSON" {
+		r.lookupJSON(w, subject, b)
+		return
+	}
+	s, _, ok := parseBody(w, b)
 	if !ok {
 		return
 	}
@@ -359,7 +403,7 @@ func (r *Registry) lookup(w http.ResponseWriter, req *http.Request) {
 	}
 	for i, id := range ids {
 		if r.same(id, s) {
-			reply(w, http.StatusOK, subjectVersion{subject, i + 1, id, r.schemas[id-1]})
+			reply(w, http.StatusOK, subjectVersion{subject, i + 1, id, r.schemas[id-1], ""})
 			return
 		}
 	}
@@ -380,7 +424,7 @@ func (r *Registry) getID(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if id, ok := r.schemaID(w, req); ok {
-		reply(w, http.StatusOK, map[string]string{"schema": r.schemas[id-1]})
+		reply(w, http.StatusOK, r.idBody(id))
 	}
 }
 
@@ -453,19 +497,7 @@ func (r *Registry) putConfig(w http.ResponseWriter, req *http.Request) {
 // returns its id.
 func (r *Registry) Register(t testing.TB, subject, schema string) int {
 	t.Helper()
-	opts := []sr.ClientOpt{sr.URLs(r.URL), sr.BasicAuth(r.user, r.password)}
-	if r.clientTLS != nil {
-		opts = append(opts, sr.DialTLSConfig(r.clientTLS))
-	}
-	cl, err := sr.NewClient(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ss, err := cl.CreateSchema(context.Background(), subject, sr.Schema{Schema: schema})
-	if err != nil {
-		t.Fatalf("register %s: %v", subject, err)
-	}
-	return ss.ID
+	return r.create(t, subject, sr.Schema{Schema: schema})
 }
 
 // AvroSerde serialises values of one registered schema as a producer
@@ -484,8 +516,12 @@ func (r *Registry) Serde(t testing.TB, subject, schema string) *AvroSerde {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A codec cache of its own: hamba/avro's default one knows a named
+	// type referred to by name by its name only, so two versions of a
+	// record referred to by name would share one encoder.
+	api := avro.Config{}.Freeze()
 	var sd sr.Serde
-	sd.Register(id, map[string]any{}, sr.EncodeFn(func(v any) ([]byte, error) { return avro.Marshal(s, v) }))
+	sd.Register(id, map[string]any{}, sr.EncodeFn(func(v any) ([]byte, error) { return api.Marshal(s, v) }))
 	return &AvroSerde{ID: id, serde: &sd}
 }
 

@@ -56,6 +56,13 @@ type Common struct {
 	StoreDir string
 	// Rtrctl is the rtrctl binary run as `rtrctl ingest`.
 	Rtrctl string
+	// IngestFlags are more flags of every `rtrctl ingest` (e.g.
+	// --state-cache=64MiB), after the workload's own.
+	IngestFlags []string
+	// IngestEnv is more environment of every `rtrctl ingest` (e.g.
+	// RTR_MEMORY_LIMIT=512MiB: the bench process and its broker keep
+	// their own budget).
+	IngestEnv []string
 	// DrainTimeout bounds the wait for ingest to catch up after the
 	// producer stopped (DefaultDrainTimeout when 0).
 	DrainTimeout time.Duration
@@ -78,6 +85,11 @@ type Result struct {
 	// Sent: acknowledged by the upstream; Ingested: durable in the store.
 	Sent     int64 `json:"sent"`
 	Ingested int64 `json:"ingested"`
+	// PreloadRecords were written (and made durable, in PreloadSeconds)
+	// before the timed run; Sent and Ingested count them too, Rate does
+	// not.
+	PreloadRecords int64   `json:"preload_records,omitempty"`
+	PreloadSeconds float64 `json:"preload_seconds,omitempty"`
 	// Rows: PostgreSQL rows written (Sent is transactions).
 	Rows int64 `json:"rows,omitempty"`
 	// Rate is Sent over the producer's run time.
@@ -252,6 +264,12 @@ func execute(ctx context.Context, cfg Common, w workload, res *Result) (err erro
 		return err
 	}
 
+	if pl, ok := w.(preloader); ok {
+		if err := r.preload(ctx, pl); err != nil {
+			return err
+		}
+	}
+
 	pctx, cancelProduce := context.WithCancel(ctx)
 	defer cancelProduce()
 	type produced struct {
@@ -364,7 +382,7 @@ func execute(ctx context.Context, cfg Common, w workload, res *Result) (err erro
 	r.cur = nil
 	res.Sent, res.Ingested, res.Rows = last.sent, last.ingested, last.rows
 	if res.Seconds > 0 {
-		res.Rate = float64(res.Sent) / res.Seconds
+		res.Rate = float64(res.Sent-res.PreloadRecords) / res.Seconds
 	}
 	res.MaxLagRecords = maxLagU
 	res.LagMaxSeconds = maxLagS
@@ -381,6 +399,58 @@ func execute(ctx context.Context, cfg Common, w workload, res *Result) (err erro
 		}
 		res.Restarts = append(res.Restarts, rs.Restart)
 	}
+	return nil
+}
+
+// preloader is a workload that writes a preload before the timed run
+// (bench kafka --preload-keys: every key once, so the state holds them
+// all from the first second on).
+type preloader interface {
+	// preload writes the preload as fast as the upstream takes it and
+	// waits for its acknowledgements; it returns how many it wrote (0:
+	// none configured).
+	preload(ctx context.Context) (int64, error)
+}
+
+// preload writes the workload's preload and waits until ingest has it all
+// durable, sampling the ingest's RSS on the way (its peak counts), so the
+// clock of the timed run starts over a full state.
+func (r *run) preload(ctx context.Context, pl preloader) error {
+	began := time.Now()
+	n, err := pl.preload(ctx)
+	if err != nil {
+		return fmt.Errorf("bench: preload: %w", err)
+	}
+	if n == 0 {
+		return nil
+	}
+	produced := time.Since(began)
+	next := time.Now()
+	for {
+		if r.cur.exited() {
+			return fmt.Errorf("bench: rtrctl ingest exited during the preload (%s)", r.cur.exitText())
+		}
+		r.cur.sample()
+		o, err := r.w.observe(ctx, r.st, time.Now())
+		if err != nil {
+			return err
+		}
+		if o.caughtUp || time.Now().After(next) {
+			next = next.Add(time.Second)
+			fmt.Fprintf(r.cfg.Progress, "preload after %6.1fs: sent %d %s, ingested %d; ingest rss %d MiB, cpu %.1f s\n",
+				time.Since(began).Seconds(), o.sent, r.w.what(), o.ingested, r.peakRSS()>>20, r.cpuSeconds())
+		}
+		if o.caughtUp {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(sampleEvery):
+		}
+	}
+	r.res.PreloadRecords, r.res.PreloadSeconds = n, time.Since(began).Seconds()
+	r.log.Info("bench: preload durable", "records", n, "produced_in", produced.Round(time.Millisecond), "durable_in", time.Since(began).Round(time.Millisecond))
 	return nil
 }
 
@@ -440,7 +510,7 @@ func (r *run) findResume(rs *restartState) {
 
 func (r *run) startIngest(ctx context.Context) error {
 	args, env := r.w.ingestArgs(r.dir)
-	p, err := startIngest(r.cfg.Rtrctl, args, env, r.logf)
+	p, err := startIngest(r.cfg.Rtrctl, append(args, r.cfg.IngestFlags...), append(env, r.cfg.IngestEnv...), r.logf)
 	if err != nil {
 		return err
 	}
@@ -535,6 +605,9 @@ func FormatText(w io.Writer, res *Result) error {
 		fmt.Fprintf(&b, " (%d rows)", res.Rows)
 	}
 	fmt.Fprintf(&b, "; sustained rate %.0f %s/s\n", res.Rate, unit)
+	if res.PreloadRecords > 0 {
+		fmt.Fprintf(&b, "  preload: %d %s before the timed run, durable in %.1f s (counted in sent and ingested, not in the rate)\n", res.PreloadRecords, unit, res.PreloadSeconds)
+	}
 	if res.ProducerMaxBehindSeconds > 0.1 {
 		fmt.Fprintf(&b, "  warning: the producer itself fell up to %.2f s behind its schedule\n", res.ProducerMaxBehindSeconds)
 	}

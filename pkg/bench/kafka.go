@@ -48,6 +48,11 @@ type KafkaConfig struct {
 	Upstream upstream.Kafka
 	// Topic to create (DefaultTopic); it must not exist yet.
 	Topic string
+	// PreloadKeys, when positive, are produced once each (keys 0 to
+	// PreloadKeys-1 of the key space, in order, as fast as the broker
+	// takes them) and made durable before the timed run, so an upsert
+	// state holds them all from its start; at most KeyCardinality.
+	PreloadKeys int
 }
 
 // RunKafka runs the Kafka benchmark.
@@ -69,6 +74,9 @@ func RunKafka(ctx context.Context, cfg KafkaConfig) (*Result, error) {
 	}
 	if cfg.Topic == "" {
 		cfg.Topic = DefaultTopic
+	}
+	if cfg.PreloadKeys < 0 || cfg.PreloadKeys > cfg.KeyCardinality {
+		return nil, fmt.Errorf("bench kafka: --preload-keys %d is outside 0 to --key-cardinality (%d): the preload writes keys of the run's key space once each", cfg.PreloadKeys, cfg.KeyCardinality)
 	}
 	switch cfg.Envelope {
 	case "":
@@ -204,21 +212,48 @@ func (k *kafkaLoad) ack(r *kgo.Record, err error) {
 	}
 }
 
+// gen returns the key space and a pool of random bytes that values are
+// windows of, so consecutive values of a key differ (upsert does real
+// work); the pool is never written again, so records can share it.
+func (k *kafkaLoad) gen(rng *rand.Rand) (keys [][]byte, pool []byte) {
+	keys = make([][]byte, k.cfg.KeyCardinality)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprintf("key-%09d", i))
+	}
+	pool = make([]byte, 1<<20+k.cfg.ValueSize)
+	for i := range pool {
+		pool[i] = byte(rng.Uint32())
+	}
+	return keys, pool
+}
+
+// preload implements preloader: keys 0 to PreloadKeys-1 once each.
+func (k *kafkaLoad) preload(ctx context.Context) (int64, error) {
+	if k.cfg.PreloadKeys == 0 {
+		return 0, nil
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
+	keys, pool := k.gen(rng)
+	for _, key := range keys[:k.cfg.PreloadKeys] {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		off := rng.IntN(len(pool) - k.cfg.ValueSize + 1)
+		k.cl.Produce(ctx, &kgo.Record{Key: key, Value: pool[off : off+k.cfg.ValueSize : off+k.cfg.ValueSize]}, k.ack)
+	}
+	if err := k.cl.Flush(ctx); err != nil {
+		return 0, err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return int64(k.cfg.PreloadKeys), k.err
+}
+
 // produce sends records on a wall-clock schedule: by time t since the
 // start, R*t records are due.
 func (k *kafkaLoad) produce(ctx context.Context, d time.Duration) (time.Duration, error) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
-	keys := make([][]byte, k.cfg.KeyCardinality)
-	for i := range keys {
-		keys[i] = []byte(fmt.Sprintf("key-%09d", i))
-	}
-	// Values are windows of a random buffer, so consecutive values of a
-	// key differ (upsert does real work); the buffer is never written
-	// again, so records can share it.
-	pool := make([]byte, 1<<20+k.cfg.ValueSize)
-	for i := range pool {
-		pool[i] = byte(rng.Uint32())
-	}
+	keys, pool := k.gen(rng)
 	total := int64(k.cfg.RecordsPerSecond * d.Seconds())
 	start := time.Now()
 	var produced int64

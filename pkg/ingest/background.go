@@ -40,8 +40,21 @@ func startBackground(ctx context.Context, stop context.CancelFunc, interval, com
 		return true
 	})
 	if compactEvery > 0 {
+		var one sync.Mutex // one compaction at a time
 		b.every(ctx, compactEvery, func() bool {
+			one.Lock()
+			defer one.Unlock()
 			if _, err := st.Compact(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("compaction failed; will retry", "err", err)
+			}
+			return true
+		})
+		// Between them, a collection with many batches is compacted
+		// within a second (store.Store.CompactCrowded).
+		b.every(ctx, min(compactEvery, time.Second), func() bool {
+			one.Lock()
+			defer one.Unlock()
+			if _, err := st.CompactCrowded(ctx, crowdedBatches); err != nil && ctx.Err() == nil {
 				log.Warn("compaction failed; will retry", "err", err)
 			}
 			return true
@@ -49,6 +62,10 @@ func startBackground(ctx context.Context, stop context.CancelFunc, interval, com
 	}
 	return b
 }
+
+// crowdedBatches is how many batches make a collection due for
+// compaction before its time: four merges' worth (store's fan-in is 16).
+const crowdedBatches = 64
 
 // every runs fn every d until ctx ends or fn returns false.
 func (b *background) every(ctx context.Context, d time.Duration, fn func() bool) {

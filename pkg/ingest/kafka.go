@@ -43,9 +43,10 @@ type KafkaConfig struct {
 	// Topics to ingest; each becomes the collection of the same name and
 	// its own source (KafkaSourceID).
 	Topics []string
-	// KeyFormat and ValueFormat: bytes (default), text, json or avro.
+	// KeyFormat and ValueFormat: bytes (default), text, json, avro,
+	// json-schema or protobuf.
 	KeyFormat, ValueFormat string
-	// Registry is the schema registry of the avro format (nil without
+	// Registry is the schema registry of avro, json-schema and protobuf (nil without
 	// one); KeySchemaVersion and ValueSchemaVersion pin the reader
 	// schemas of subjects <topic>-key and <topic>-value (0: the latest
 	// at start).
@@ -105,29 +106,71 @@ type Kafka struct {
 	states  map[string]*upsertState
 	metrics *Metrics
 	errLog  decodeErrorLog
+	// evolving are the topics whose value reader follows the subject's
+	// later versions (kafkafmt.Evolver); switches are the switches whose
+	// generation the store has and whose contents it does not (Resume).
+	evolving map[string]bool
+	switches map[string]pendingSwitch
+	replay   map[string][]frontier.Frontier
+	// streamCtx is Stream's context (an append-only switch reads the
+	// store in it, history).
+	streamCtx context.Context
+}
+
+// pendingSwitch is a generation that starts at the store's upper (a switch
+// of columns killed after its generation was committed, before its
+// contents were): the stream starts by switching to its columns, at the
+// binding of its start.
+type pendingSwitch struct {
+	gen     store.Generation
+	version int // the Avro value reader's version (0 for debezium)
+	binding frontier.Binding
 }
 
 // UseMetrics implements MetricsUser: decode errors are counted in m.
 func (k *Kafka) UseMetrics(m *Metrics) { k.metrics = m }
 
 // KafkaFormats returns the key and value formats of topic under cfg: an
-// avro format reads subject <topic>-key or <topic>-value (Confluent's
-// TopicNameStrategy) from cfg.Registry.
+// avro or protobuf format reads subject <topic>-key or <topic>-value
+// (Confluent's TopicNameStrategy) from cfg.Registry.
 func KafkaFormats(ctx context.Context, cfg KafkaConfig, topic string) (key, value kafkafmt.Format, err error) {
+	return kafkaFormats(ctx, cfg, topic, nil)
+}
+
+// kafkaFormats is KafkaFormats; with evolving set, a value reader not
+// pinned starts as version evolving.at of the subject (the one the
+// collection's generation in force was read with; the latest when 0),
+// and is switched to later versions as records need them
+// (kafkafmt.Evolver).
+func kafkaFormats(ctx context.Context, cfg KafkaConfig, topic string, evolving *evolution) (key, value kafkafmt.Format, err error) {
 	make1 := func(name, role, flag string, version int) (kafkafmt.Format, error) {
-		if name != "avro" {
+		newFormat := kafkafmt.NewAvro
+		switch name {
+		case "avro":
+		case "json-schema":
+			newFormat = kafkafmt.NewJSONSchema
+		case "protobuf":
+			newFormat = func(ctx context.Context, c kafkafmt.AvroConfig) (kafkafmt.Format, error) {
+				return kafkafmt.NewProtobuf(ctx, kafkafmt.ProtobufConfig(c))
+			}
+		default:
 			f, err := kafkafmt.ParseFormat(name)
 			if err != nil {
-				return nil, hint.Wrap(fmt.Errorf("ingest kafka: --%s-format: %w", role, err), "use --"+role+"-format bytes, text, json or avro")
+				return nil, hint.Wrap(fmt.Errorf("ingest kafka: --%s-format: %w", role, err), "use --"+role+"-format bytes, text, json, avro, json-schema or protobuf")
 			}
 			return f, nil
 		}
 		if cfg.Registry == nil {
-			return nil, hint.Wrap(fmt.Errorf("ingest kafka: --%s-format avro needs a schema registry", role), "pass --schema-registry URL")
+			return nil, hint.Wrap(fmt.Errorf("ingest kafka: --%s-format %s needs a schema registry", role, name), "pass --schema-registry URL")
 		}
-		f, err := kafkafmt.NewAvro(ctx, kafkafmt.AvroConfig{Registry: cfg.Registry, Subject: topic + "-" + role, Version: version, Flag: flag})
+		acfg := kafkafmt.AvroConfig{Registry: cfg.Registry, Subject: topic + "-" + role, Version: version, Flag: flag,
+			Changes: cfg.Envelope == "debezium"}
+		if name == "avro" && role == "value" && version == 0 && evolving != nil {
+			acfg.Evolve, acfg.Start, acfg.Past = true, evolving.at, evolving.past
+		}
+		f, err := newFormat(ctx, acfg)
 		if err != nil {
-			err = fmt.Errorf("ingest kafka: topic %s: --%s-format avro: %w", topic, role, err)
+			err = fmt.Errorf("ingest kafka: topic %s: --%s-format %s: %w", topic, role, name, err)
 			if re, ok := errors.AsType[*kafkafmt.RegistryError](err); ok && (re.Code == 40401 || re.Code == 40402) && hint.Of(err) == "" {
 				err = hint.Wrap(err, fmt.Sprintf("register the %s schema of topic %s as subject %s-%s (TopicNameStrategy), or check %s", role, topic, topic, role, flag))
 			}
@@ -164,13 +207,19 @@ func (k *Kafka) Open(ctx context.Context, st *store.Store) ([]Timeline, error) {
 	}
 	k.Close()
 	k.st, k.decs, k.states, k.formats = st, map[string]kafkafmt.Decoder{}, map[string]*upsertState{}, map[string][2]kafkafmt.Format{}
+	k.evolving, k.switches, k.replay = map[string]bool{}, map[string]pendingSwitch{}, map[string][]frontier.Frontier{}
 	var tls []Timeline
 	for _, topic := range cfg.Topics {
 		if k.decs[topic] != nil {
 			return nil, hint.Wrap(fmt.Errorf("ingest kafka: topic %q given twice", topic), "name each topic once in --topics")
 		}
 		source := KafkaSourceID(cfg.Source, topic)
-		keyF, valF, err := KafkaFormats(ctx, cfg, topic)
+		evolving, err := k.evolvingFrom(ctx, st, topic)
+		if err != nil {
+			return nil, fmt.Errorf("ingest %s: %w", source, err)
+		}
+		k.evolving[topic] = evolving != nil
+		keyF, valF, err := kafkaFormats(ctx, cfg, topic, evolving)
 		if err != nil {
 			return nil, err
 		}
@@ -180,7 +229,7 @@ func (k *Kafka) Open(ctx context.Context, st *store.Store) ([]Timeline, error) {
 			_, keyOK := keyF.(kafkafmt.ChangeFormat)
 			if _, ok := valF.(kafkafmt.ChangeFormat); !ok || !keyOK {
 				return nil, hint.Wrap(fmt.Errorf("ingest %s: the debezium envelope needs Debezium keys and values, not --key-format %s --value-format %s", source, keyF.Name(), valF.Name()),
-					"pass --key-format json --value-format json (Kafka Connect's JsonConverter)")
+					"pass --key-format json --value-format json (Kafka Connect's JsonConverter), or both avro, both protobuf or both json-schema with --schema-registry (Confluent's AvroConverter, ProtobufConverter, JsonSchemaConverter)")
 			}
 			if dcfg.Columns, dcfg.KeyColumns, err = k.debeziumColumns(ctx, st, topic, keyF, valF); err != nil {
 				return nil, fmt.Errorf("ingest %s: %w", source, err)
@@ -191,6 +240,9 @@ func (k *Kafka) Open(ctx context.Context, st *store.Store) ([]Timeline, error) {
 			return nil, hint.Wrap(fmt.Errorf("ingest %s: %w", source, err), "use --envelope none, upsert or debezium, --on-decode-error fail, skip or inline")
 		}
 		k.decs[topic], k.formats[topic] = dec, [2]kafkafmt.Format{keyF, valF}
+		if h, ok := kafkafmt.As[kafkafmt.Historied](dec); ok && evolving != nil {
+			h.UseHistory(k.history(topic))
+		}
 		tl := Timeline{ID: source, Kind: "kafka", Domain: frontier.DomainKafka,
 			Upstream:    kafkaRecorded(cfg.Upstream, topic),
 			Collections: []Collection{k.collection(topic, dec, keyF, valF)}}
@@ -231,7 +283,9 @@ func (k *Kafka) collection(topic string, dec kafkafmt.Decoder, keyF, valF kafkaf
 		key string
 		f   kafkafmt.Format
 	}{{mdKafkaKeySchema, keyF}, {mdKafkaValueSchema, valF}} {
-		if subject, v, id, ok := kafkafmt.AvroReader(s.f); ok {
+		if subject, v, id, ok := kafkafmt.RegistryReader(s.f); ok && k.cfg.Envelope != "debezium" {
+			// (The debezium envelope reads each record with its writer
+			// schema: a reader version is not what decoded it.)
 			want[s.key] = fmt.Sprintf("subject %s version %d id %d", subject, v, id)
 			versions[s.key] = v
 			keys = append(keys, s.key)
@@ -247,6 +301,7 @@ func (k *Kafka) collection(topic string, dec kafkafmt.Decoder, keyF, valF kafkaf
 		mkeys, mvals = append(mkeys, key), append(mvals, want[key])
 	}
 	md = arrow.NewMetadata(mkeys, mvals)
+	evolving := k.evolving[topic]
 	return Collection{Name: topic, Schema: arrow.NewSchema(fields, &md), Check: func(existing *arrow.Schema) error {
 		have := existing.Metadata()
 		for _, key := range []string{mdKafkaEnvelope, mdKafkaKeyFormat, mdKafkaValueFormat, mdKafkaKeySchema, mdKafkaValueSchema, mdKafkaInline} {
@@ -259,6 +314,8 @@ func (k *Kafka) collection(topic string, dec kafkafmt.Decoder, keyF, valF kafkaf
 				return hint.Wrap(fmt.Errorf("ingested with --on-decode-error %s, not %s (inline has other columns)", got, k.cfg.OnDecodeError),
 					"pass --on-decode-error "+got+", or ingest into another store")
 			case !ok || got == want[key]:
+			case key == mdKafkaValueSchema && evolving:
+				// The reader is the collection's own (evolvingFrom).
 			case key == mdKafkaKeySchema || key == mdKafkaValueSchema:
 				var subject string
 				var v, id int
@@ -315,6 +372,10 @@ func (l *decodeErrorLog) log(log *slog.Logger, de *kafkafmt.DecodeError, policy 
 func (k *Kafka) Resume(ctx context.Context, r Resume) error {
 	for topic, sh := range r.Shards {
 		dec := k.decs[topic]
+		if err := k.findSwitch(r, topic, sh); err != nil {
+			return err
+		}
+		k.replayOf(r, topic)
 		b, backed := kafkafmt.As[kafkafmt.Backed](dec)
 		s, stateful := kafkafmt.As[kafkafmt.Stateful](dec)
 		switch {
@@ -366,7 +427,8 @@ func (k *Kafka) Resume(ctx context.Context, r Resume) error {
 func (k *Kafka) Stream(ctx context.Context, r StreamRequest) error {
 	var topics []replicate.KafkaTopic
 	for _, topic := range k.cfg.Topics {
-		topics = append(topics, replicate.KafkaTopic{Name: topic, Start: r.Start[KafkaSourceID(k.cfg.Source, topic)], Decoder: k.decs[topic]})
+		topics = append(topics, replicate.KafkaTopic{Name: topic, Start: r.Start[KafkaSourceID(k.cfg.Source, topic)], Decoder: k.decs[topic],
+			Replay: k.replay[topic]})
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -394,14 +456,19 @@ func (k *Kafka) Stream(ctx context.Context, r StreamRequest) error {
 		// consumer. Append-only chunks gain nothing (docs/kafka.md).
 		partBytes = 8 << 20
 	}
+	k.streamCtx = ctx
+	sink := &evolveSink{Sink: r.Sink, ctx: ctx, k: k}
+	if err := k.resumeSwitches(ctx, r, sink); err != nil {
+		return err
+	}
 	return replicate.StreamKafka(ctx, replicate.KafkaConfig{
 		Upstream: k.cfg.Upstream, Topics: topics, MaxRecordBytes: k.cfg.MaxRecordBytes,
 		CheckInterval: k.cfg.CheckInterval, Logger: k.log, OnStart: k.cfg.OnStart,
 		// Whole partition chunks of a fetch per record: the reclocker
 		// holds them anyway, and an upsert decoder nets over a record.
 		FlushRows:           1 << 20,
-		FetchPartitionBytes: partBytes, RetryFor: r.RetryFor,
-	}, r.Sink)
+		FetchPartitionBytes: partBytes, RetryFor: r.RetryFor, Durable: k.durable(r.Ack),
+	}, sink)
 }
 
 // Close implements Source.

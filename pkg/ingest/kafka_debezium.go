@@ -28,7 +28,7 @@ func (k *Kafka) debeziumColumns(ctx context.Context, st *store.Store, topic stri
 	if st != nil {
 		sh, err := st.Shard(ctx, topic)
 		if err == nil {
-			s := sh.Schema()
+			s := inForce(sh)
 			keys, _ := s.Metadata().GetValue(pipe.KeyKey)
 			if keys == "" {
 				return nil, nil, fmt.Errorf("collection %s has no key columns (%s), which a debezium collection has", topic, pipe.KeyKey)
@@ -65,17 +65,20 @@ func (k *Kafka) debeziumColumns(ctx context.Context, st *store.Store, topic stri
 		}
 		var cols []arrow.Field
 		var keys []string
+		var transient error // the registry away: no record's fault
 		fs.EachError(func(t string, p int32, err error) {
 			k.log.Warn("debezium: fetch failed; retrying", "topic", t, "partition", p, "error", err)
 		})
 		fs.EachRecord(func(r *kgo.Record) {
-			if cols != nil || r.Attrs.IsControl() {
+			if cols != nil || transient != nil || r.Attrs.IsControl() {
 				return
 			}
 			c, ks, err := kafkafmt.DebeziumColumns(keyF, valF, r)
 			switch {
 			case err == nil:
 				cols, keys = c, ks
+			case errors.As(err, new(*kafkafmt.TransientError)):
+				transient = err
 			case !errors.Is(err, kafkafmt.ErrNoColumns):
 				k.log.Warn("debezium: a record does not decode; the collection's columns come from a later one", "topic", topic,
 					"partition", r.Partition, "offset", r.Offset, "error", err)
@@ -83,6 +86,9 @@ func (k *Kafka) debeziumColumns(ctx context.Context, st *store.Store, topic stri
 		})
 		if cols != nil {
 			return cols, keys, nil
+		}
+		if transient != nil {
+			return nil, nil, fmt.Errorf("debezium columns of %s: %w", topic, transient)
 		}
 		if time.Since(waiting) > 10*time.Second {
 			k.log.Info("debezium: still waiting for a change event with the table's columns", "topic", topic)

@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/internal/testenv"
+	"github.com/rtrctl/rtrctl/pkg/kafkafmt"
 )
 
 // TestKafkaIngestDebezium ingests the Debezium documentation's customers
@@ -44,7 +46,8 @@ func TestKafkaIngestDebezium(t *testing.T) {
 	st := openStore(t)
 	bad := cfg
 	bad.KeyFormat = "bytes"
-	if err := Run(context.Background(), NewKafka(bad), st, Options{CompactEvery: -1}); err == nil || !strings.Contains(hint.Of(err), "--key-format json --value-format json") {
+	if err := Run(context.Background(), NewKafka(bad), st, Options{CompactEvery: -1}); err == nil || !strings.Contains(hint.Of(err), "--key-format json --value-format json") ||
+		!strings.Contains(hint.Of(err), "both avro, both protobuf or both json-schema with --schema-registry") {
 		t.Fatalf("debezium with --key-format bytes: %v (hint %q)", err, hint.Of(err))
 	}
 	run := startIngest(t, st, cfg)
@@ -109,31 +112,10 @@ func TestKafkaIngestDebezium(t *testing.T) {
 // measures (json/raw, json/debezium; count/raw is a consumer that only
 // counts them).
 func BenchmarkKafkaIngestDebezium(b *testing.B) {
-	const records, keys, partitions = 100_000, 10_000, 4
 	k := testenv.StartKafka(b)
-	createTopic(b, k.Brokers, "dbz", partitions)
-	cl := producer(b, k.Brokers, kgo.ProducerBatchMaxBytes(1<<20), kgo.MaxBufferedRecords(20_000))
 	tb := testenv.DebeziumCustomers("postgresql")
-	ctx := context.Background()
-	rnd := uint64(1)
-	for i := range records {
-		rnd = rnd*6364136223846793005 + 1442695040888963407
-		id := int((rnd >> 33) % keys)
-		op := "u"
-		if i < keys {
-			id, op = i, "r"
-		}
-		r := testenv.Row{"id": id, "first_name": fmt.Sprint("name ", i), "last_name": "Kretchmar", "email": fmt.Sprintf("%d@noanswer.org", id)}
-		cl.Produce(ctx, &kgo.Record{Topic: "dbz", Partition: int32(id % partitions), Key: tb.KeyOf(r), Value: tb.Event(op, nil, r, int64(i), 1559033904863)},
-			func(_ *kgo.Record, err error) {
-				if err != nil {
-					b.Error(err)
-				}
-			})
-	}
-	if err := cl.Flush(ctx); err != nil {
-		b.Fatal(err)
-	}
+	const records, partitions = dbzBenchRecords, dbzBenchPartitions
+	produceDebezium(b, k.Brokers, "dbz", tb.KeyOf, func(op string, r testenv.Row, i int) []byte { return tb.Event(op, nil, r, int64(i), 1559033904863) })
 	decode := func(r *kgo.Record) {
 		var key, value map[string]any
 		if json.Unmarshal(r.Key, &key) != nil || json.Unmarshal(r.Value, &value) != nil {
@@ -145,4 +127,91 @@ func BenchmarkKafkaIngestDebezium(b *testing.B) {
 	b.Run("json", func(b *testing.B) {
 		benchKafkaIngest(b, k.Brokers, "dbz", records, partitions, decode, KafkaConfig{Envelope: "debezium", KeyFormat: "json", ValueFormat: "json"})
 	})
+}
+
+// The Debezium benchmarks' topics: records over keys customers, in
+// partitions.
+const dbzBenchRecords, dbzBenchKeys, dbzBenchPartitions = 100_000, 10_000, 4
+
+// produceDebezium creates topic and writes dbzBenchRecords change events
+// of the customers table: snapshot reads of dbzBenchKeys ids, then
+// updates of pseudo-random ones, each id always in the same partition;
+// key and event encode them.
+func produceDebezium(b *testing.B, brokers []string, topic string, key func(testenv.Row) []byte, event func(op string, r testenv.Row, i int) []byte) {
+	b.Helper()
+	createTopic(b, brokers, topic, dbzBenchPartitions)
+	cl := producer(b, brokers, kgo.ProducerBatchMaxBytes(1<<20), kgo.MaxBufferedRecords(20_000))
+	ctx := context.Background()
+	rnd := uint64(1)
+	for i := range dbzBenchRecords {
+		rnd = rnd*6364136223846793005 + 1442695040888963407
+		id := int((rnd >> 33) % dbzBenchKeys)
+		op := "u"
+		if i < dbzBenchKeys {
+			id, op = i, "r"
+		}
+		r := testenv.Row{"id": id, "first_name": fmt.Sprint("name ", i), "last_name": "Kretchmar", "email": fmt.Sprintf("%d@noanswer.org", id)}
+		cl.Produce(ctx, &kgo.Record{Topic: topic, Partition: int32(id % dbzBenchPartitions), Key: key(r), Value: event(op, r, i)},
+			func(_ *kgo.Record, err error) {
+				if err != nil {
+					b.Error(err)
+				}
+			})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkKafkaIngestDebeziumAvro is BenchmarkKafkaIngestDebezium over
+// AvroConverter's records (about 165 bytes a value, 7 a key): --envelope debezium
+// --key-format avro --value-format avro against a raw franz-go consumer
+// that decodes every key and value with hamba/avro (generic values, the
+// writer schemas fetched once by id).
+//
+//	go test ./pkg/ingest -run '^$' -bench BenchmarkKafkaIngestDebeziumAvro -benchtime 3x
+func BenchmarkKafkaIngestDebeziumAvro(b *testing.B) {
+	k := testenv.StartKafka(b)
+	reg := testenv.StartRegistry(b, testenv.RegistryOptions{})
+	tb := testenv.DebeziumCustomers("postgresql")
+	ks, vs := reg.Serde(b, "dbza-key", tb.AvroKeySchema()), reg.Serde(b, "dbza-value", tb.AvroValueSchema())
+	produceDebezium(b, k.Brokers, "dbza", func(r testenv.Row) []byte { return ks.Encode(b, tb.AvroKey(r)) },
+		func(op string, r testenv.Row, i int) []byte {
+			return vs.Encode(b, tb.AvroEvent(op, nil, r, int64(i), 1559033904863))
+		})
+	srcl, err := sr.NewClient(sr.URLs(reg.URL))
+	if err != nil {
+		b.Fatal(err)
+	}
+	decode1 := unframe(b, hambaDecode(b, srcl))
+	benchKafkaIngest(b, k.Brokers, "dbza", dbzBenchRecords, dbzBenchPartitions, func(r *kgo.Record) { decode1(r.Key); decode1(r.Value) },
+		KafkaConfig{Envelope: "debezium", KeyFormat: "avro", ValueFormat: "avro", Registry: avroRegistry(b, reg)})
+}
+
+// TestKafkaIngestDebeziumAvroRegistryAway: when the registry does not
+// answer for the topic's first change event, the start fails with the
+// registry's error (the ingest retries it) instead of passing the record
+// over and taking the collection's columns from a later one.
+func TestKafkaIngestDebeziumAvroRegistryAway(t *testing.T) {
+	k := testenv.StartKafka(t)
+	createTopic(t, k.Brokers, "customers", 1)
+	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
+	tb := testenv.DebeziumCustomers("postgresql")
+	ks, vs := reg.Serde(t, "customers-key", tb.AvroKeySchema()), reg.Serde(t, "customers-value", tb.AvroValueSchema())
+	r := testenv.Row{"id": 1, "first_name": "Anne", "last_name": "K", "email": "a@x.org"}
+	produce(t, producer(t, k.Brokers), &kgo.Record{Topic: "customers", Key: ks.Encode(t, tb.AvroKey(r)), Value: vs.Encode(t, tb.AvroEvent("c", nil, r, 1, 1))})
+	away, err := kafkafmt.NewRegistry(kafkafmt.RegistryConfig{URL: reg.URL, RetryFor: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg := KafkaConfig{Upstream: k.Upstream(), Topics: []string{"customers"}, Envelope: "debezium", KeyFormat: "avro", ValueFormat: "avro", Registry: away}
+	err = Run(ctx, NewKafka(cfg), openStore(t), Options{RetryFor: -1, CompactEvery: -1})
+	if err == nil || !strings.Contains(err.Error(), "schema registry") || ctx.Err() != nil {
+		t.Fatalf("ingest with the registry away: %v (context %v), want the registry's error", err, ctx.Err())
+	}
 }

@@ -490,7 +490,20 @@ func TestKafkaIngestUpsertRestart(t *testing.T) {
 			}
 		}
 		if round < 3 {
-			// Stop at a random moment: sometimes before it caught up.
+			// Stop at a random moment after it started reading (a loaded
+			// machine may take longer than the produce to get there):
+			// sometimes before it caught up.
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				mu.Lock()
+				n := len(start)
+				mu.Unlock()
+				if n == 2 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("round %d: the ingest did not start reading within 20s", round)
+				}
+			}
 			time.Sleep(time.Duration(next(150)) * time.Millisecond)
 			if err := run.stop(t); err != nil {
 				t.Fatalf("round %d: %v", round, err)
@@ -572,6 +585,13 @@ func checkUpsertModel(t *testing.T, st *store.Store, source, coll string, log []
 // key and value as the collection's rows print them.
 func checkUpsertModelAs(t *testing.T, st *store.Store, source, coll string, log []*kgo.Record, show func(*kgo.Record) (key, value string)) {
 	t.Helper()
+	checkUpsertModelAt(t, st, source, coll, log, func(r *kgo.Record, _ uint64) (string, string) { return show(r) })
+}
+
+// checkUpsertModelAt is checkUpsertModelAs with rows that print as of a
+// binding's time (the columns of the generation in force then).
+func checkUpsertModelAt(t *testing.T, st *store.Store, source, coll string, log []*kgo.Record, show func(r *kgo.Record, at uint64) (key, value string)) {
+	t.Helper()
 	ctx := context.Background()
 	bs, _, err := st.Bindings(ctx, source)
 	if err != nil {
@@ -589,7 +609,7 @@ func checkUpsertModelAs(t *testing.T, st *store.Store, source, coll string, log 
 		model := map[string]string{}
 		for _, r := range log {
 			if b.Frontier.Beyond(frontier.Time{Partition: fmt.Sprint(r.Partition), Pos: uint64(r.Offset)}) {
-				k, v := show(r)
+				k, v := show(r, b.Time)
 				if r.Value == nil {
 					delete(model, k)
 				} else {

@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
 
-	"github.com/rtrctl/rtrctl/internal/hint"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/kafkafmt"
 	"github.com/rtrctl/rtrctl/pkg/keystate"
@@ -99,18 +97,9 @@ func (k *Kafka) openUpsertState(ctx context.Context, r Resume, topic string, sh 
 	if budget <= 0 {
 		budget = keystate.DefaultCacheBytes
 	}
-	base := k.cfg.StateDir
-	if base == "" && !k.st.Local() {
-		// The state is a local cache of the store: on S3 it lives on this
-		// host, under the store's id.
-		dir, err := os.UserCacheDir()
-		if err != nil {
-			return nil, hint.Wrap(fmt.Errorf("upsert state of %s: the store is on S3 and there is no local cache directory: %w", source, err), "pass --state-dir DIR (a local directory)")
-		}
-		base = filepath.Join(dir, "rtrctl", "state", k.st.ID())
-	}
-	if base == "" {
-		base = filepath.Join(k.st.Dir(), "state")
+	base, err := stateBase(k.st, k.cfg.StateDir, source)
+	if err != nil {
+		return nil, err
 	}
 	ident := fmt.Sprintf("kafka upsert state v1: store %s, source %s, collection %s, key %s, value %s",
 		k.st.ID(), source, topic, k.formats[topic][0].Name(), k.formats[topic][1].Name())

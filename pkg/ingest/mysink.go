@@ -104,7 +104,7 @@ type myResnap struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	// Set before done is closed.
-	rows   []arrow.Record
+	copy   stagedCopy
 	snap   frontier.Frontier
 	copied *myarrow.Table
 	err    error
@@ -132,12 +132,12 @@ func (s *mySink) start(coll string, at frontier.Time, before frontier.Frontier, 
 	log := s.m.log
 	log.Info("re-snapshot", "source", s.m.cfg.Source, "collection", coll, "at", gtidText(at), "why", why)
 	var kept myKept
-	if k, err := readKept(s.m.st, s.m.cfg.Source, coll, gtidText(at), &kept); err != nil || k != nil {
+	if k, err := readKept(ctx, s.m.st, s.m.cfg.Source, coll, at, gtidText(at), &kept); err != nil || k != nil {
 		// Done before a crash: handed over again as it was, in the
 		// columns it was copied in (described by the stream's, or from
 		// their types).
 		if err == nil {
-			j.rows = k.rows
+			j.copy = k.copy
 			j.copied, err = myarrow.TableFromFields(t.Schema, t.Name, k.fields, t)
 		}
 		if err == nil {
@@ -154,11 +154,12 @@ func (s *mySink) start(coll string, at frontier.Time, before frontier.Frontier, 
 		defer close(j.done)
 		defer s.m.Nudge("") // the stream reports its progress at once
 		began := time.Now()
-		c := &collectSink{}
+		c := newCopyStager(ctx, s.m.st, s.m.cfg.Source, at, s.m.cfg.CopyMemory)
 		snap, tabs, err := snapshot.MySQLCopy(ctx, snapshot.MySQLConfig{
 			Upstream: s.m.cfg.Upstream, Tables: []string{coll}, Source: s.m.cfg.Source, Logger: log,
 		}, c)
-		j.rows, j.snap, j.err = c.recs, snap, err
+		j.copy, err = c.done(coll, err)
+		j.snap, j.err = snap, err
 		if err == nil && len(tabs) == 1 {
 			j.copied = tabs[0]
 		}
@@ -172,13 +173,16 @@ func (s *mySink) stop(j *myResnap) {
 	s.jobs = slices.DeleteFunc(s.jobs, func(x *myResnap) bool { return x == j })
 	j.cancel()
 	<-j.done
-	for _, r := range j.rows {
-		r.Release()
-	}
+	j.release()
+}
+
+// release drops j's copy and held changes.
+func (j *myResnap) release() {
+	j.copy.release()
 	for _, r := range j.held {
 		r.Release()
 	}
-	j.rows, j.held = nil, nil
+	j.held = nil
 }
 
 // abort ends j: the collection has a definite error from j.at.
@@ -367,14 +371,7 @@ func (s *mySink) limit(progress frontier.Frontier) (frontier.Frontier, error) {
 // finish hands j over: the reset at j.at, the copy rewound to it, then
 // the held changes.
 func (s *mySink) finish(j *myResnap) error {
-	defer func() {
-		for _, r := range j.rows {
-			r.Release()
-		}
-		for _, r := range j.held {
-			r.Release()
-		}
-	}()
+	defer j.release()
 	log := s.m.log
 	if j.err != nil || j.copied == nil {
 		log.Warn("re-snapshot failed", "source", s.m.cfg.Source, "collection", j.coll, "error", j.err)
@@ -391,12 +388,9 @@ func (s *mySink) finish(j *myResnap) error {
 	if err := s.Sink.Reset(j.coll, j.at, arrow.NewSchema(j.copied.Fields(), nil)); err != nil {
 		return err
 	}
-	var copied, rewound int64
-	for _, rec := range j.rows {
-		if err := retimedTo(s.Sink, j.coll, rec, j.at, false); err != nil {
-			return err
-		}
-		copied += rec.NumRows()
+	copied, rewound := j.copy.rows, int64(0)
+	if err := j.copy.handOver(s.Sink, j.coll); err != nil {
+		return err
 	}
 	for _, rec := range j.held {
 		_, times, _, parts := pipe.SplitData(rec)
@@ -420,7 +414,7 @@ func (s *mySink) finish(j *myResnap) error {
 			return err
 		}
 	}
-	log.Info("re-snapshot done", "source", s.m.cfg.Source, "collection", j.coll, "at", gtidText(j.at), "rows", copied, "rewound", rewound, "snapshot", j.snap)
+	log.Info("re-snapshot done", append([]any{"source", s.m.cfg.Source, "collection", j.coll, "at", gtidText(j.at), "rows", copied, "rewound", rewound, "snapshot", j.snap}, copyAttrs(&j.copy)...)...)
 	return nil
 }
 
@@ -430,7 +424,7 @@ func (s *mySink) finish(j *myResnap) error {
 func (s *mySink) finishKeyed(j *myResnap) error {
 	st, err := replicate.NewMySQLKeyState(j.copied)
 	if err == nil {
-		err = fillState(st, j.rows)
+		err = s.m.keys.fill(s.ctx, j.coll, st, &j.copy)
 	}
 	if err != nil || len(j.held) > 0 {
 		s.give(j.coll, nil, frontier.Frontier{})
@@ -444,7 +438,7 @@ func (s *mySink) finishKeyed(j *myResnap) error {
 		// Durable before any binding past j.at can be (keptcopy.go).
 		snap, err := json.Marshal(j.snap)
 		if err == nil {
-			err = keepCopy(s.m.st, s.m.cfg.Source, j.coll, gtidText(j.at), string(snap), myKept{PrimaryKey: j.copied.PrimaryKey}, j.copied.Fields(), j.rows)
+			err = keepCopy(s.m.st, s.m.cfg.Source, j.coll, gtidText(j.at), string(snap), myKept{PrimaryKey: j.copied.PrimaryKey}, j.copied.Fields(), &j.copy)
 		}
 		if err != nil {
 			return err
@@ -452,15 +446,13 @@ func (s *mySink) finishKeyed(j *myResnap) error {
 		if err := s.Sink.Reset(j.coll, j.at, arrow.NewSchema(j.copied.Fields(), nil)); err != nil {
 			return err
 		}
-		for _, rec := range j.rows {
-			if err := retimedTo(s.Sink, j.coll, rec, j.at, false); err != nil {
-				return err
-			}
-			copied += rec.NumRows()
+		copied = j.copy.rows
+		if err := j.copy.handOver(s.Sink, j.coll); err != nil {
+			return err
 		}
 	}
 	s.give(j.coll, st, j.snap)
-	s.m.log.Info("re-snapshot done", append([]any{"source", s.m.cfg.Source, "collection", j.coll, "at", gtidText(j.at), "rows", copied, "snapshot", j.snap}, stateAttrs(st)...)...)
+	s.m.log.Info("re-snapshot done", append(append([]any{"source", s.m.cfg.Source, "collection", j.coll, "at", gtidText(j.at), "rows", copied, "snapshot", j.snap}, stateAttrs(st)...), copyAttrs(&j.copy)...)...)
 	return nil
 }
 

@@ -45,6 +45,21 @@ type MySQLConfig struct {
 	Resnapshot []string
 	// HeartbeatPeriod of the binlog stream (default 1s).
 	HeartbeatPeriod time.Duration
+	// StateDir and StateCache place and bound the on-disk key states of
+	// tables whose binlog events are not FULL (rowStates): default
+	// STORE/state, and keystate.DefaultCacheBytes per table.
+	StateDir   string
+	StateCache int64
+	// CopyMemory is how many bytes of a re-snapshot's copied rows are
+	// held in memory before they are staged in the store as one more run
+	// (copystage.go); 0 or less: reclock.DefaultMemoryBudget.
+	CopyMemory int64
+	// ProgressInterval is the least time between two progress lines of
+	// the initial snapshot (default 5s).
+	ProgressInterval time.Duration
+	// SnapshotChunkRows is about how many rows a chunk of the resumable
+	// initial snapshot has (snapshot.Resume.ChunkRows; 0: automatic).
+	SnapshotChunkRows int64
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 
@@ -77,6 +92,7 @@ type MySQL struct {
 	// with a definite error.
 	needState map[string]bool
 	states    map[string]*replicate.KeyState
+	keys      rowStates // on disk behind them
 	errored   map[string]bool
 }
 
@@ -89,7 +105,7 @@ func NewMySQL(cfg MySQLConfig) *MySQL {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &MySQL{cfg: cfg, log: log, nudge: make(chan struct{}, 1), needState: map[string]bool{}}
+	return &MySQL{cfg: cfg, log: log, nudge: make(chan struct{}, 1), needState: map[string]bool{}, keys: rowStates{dir: cfg.StateDir, cache: cfg.StateCache}}
 }
 
 // Open implements Source.
@@ -151,15 +167,38 @@ func (m *MySQL) Snapshot(ctx context.Context, _ string, collections []string, st
 	if start.IsEmpty() {
 		start = frontier.Frontier{} // the snapshot picks time 0's position
 	}
-	res, err := snapshot.MySQL(ctx, snapshot.MySQLConfig{
+	cfg := snapshot.MySQLConfig{
 		Upstream: m.cfg.Upstream, Tables: collections, Start: start, Parallel: m.cfg.Parallel, Source: m.cfg.Source, Logger: m.log,
-	}, sink)
-	if err != nil {
+	}
+	// The copy is staged in the store chunk by chunk and resumed from the
+	// chunks an earlier attempt finished (snapstage.go).
+	schemas := map[string]*arrow.Schema{}
+	for _, c := range collections {
+		if t := m.schemas[c]; t != nil {
+			schemas[c] = t.DataSchema(m.domain, m.cfg.Source)
+		}
+	}
+	sg, resume := newSnapStager(ctx, m.st, m.cfg.Source, sink, schemas, m.cfg.ProgressInterval, m.log)
+	if sg != nil {
+		defer sg.release()
+		resume.ChunkRows = m.cfg.SnapshotChunkRows
+		cfg.Resume, sink = resume, sg
+	}
+	res, err := snapshot.MySQL(ctx, cfg, sink)
+	// The earlier chunks' changes since cannot be rewound (a change that
+	// is not FULL, a DDL in between) or are no longer in the binlog: start
+	// anew, at a position of this attempt.
+	if err = sg.anew(err, func(err error) bool {
+		return errors.Is(err, snapshot.ErrRewind) || errors.Is(err, replicate.ErrPurged)
+	}); err != nil {
 		return err
 	}
 	m.log.Info("snapshot rewound", "source", m.cfg.Source, "rows", res.Rows(), "rewound", res.Rewound(), "start", res.StartPos, "snapshot", res.SnapshotPos)
 	return nil
 }
+
+// snapshotCommitted implements snapshotCommitter.
+func (m *MySQL) snapshotCommitted(string) error { return removeStagedSnapshot(m.st, m.cfg.Source) }
 
 // Stream implements Source. The binlog's position is acknowledged to no
 // one: the server keeps binlogs by its own retention. Collections named
@@ -300,6 +339,7 @@ func (m *MySQL) Resume(ctx context.Context, r Resume) error {
 	// not FULL: the collection as of where the stream starts again, in
 	// the columns the stream decodes it with from there.
 	m.states, m.errored = map[string]*replicate.KeyState{}, r.Errored
+	m.keys.close()
 	for _, name := range slices.Sorted(maps.Keys(m.needState)) {
 		sh, cur := r.Shards[name], m.schemas[name]
 		if sh == nil || cur == nil || r.Errored[name] || len(cur.PrimaryKey) == 0 {
@@ -321,7 +361,7 @@ func (m *MySQL) Resume(ctx context.Context, r Resume) error {
 		for _, i := range t.PrimaryKey {
 			key = append(key, t.Columns[i].Name)
 		}
-		if err := rebuildKeyState(ctx, m.log, r.Timeline, name, sh, r.Durable, st, "key", strings.Join(key, ",")); err != nil {
+		if err := m.keys.build(ctx, m.log, m.st, r.Timeline, name, sh, r.Durable, st, "key", strings.Join(key, ",")); err != nil {
 			return hint.Wrap(fmt.Errorf("rebuild key states: %s as of %d: %w", name, max(r.Durable, 1)-1, err),
 				fmt.Sprintf("the rows of %s by primary key (its binlog events are not FULL) are read from the store; set binlog_row_image = FULL, or snapshot it again in a new store", name))
 		}
@@ -339,7 +379,10 @@ func (m *MySQL) Nudge(string) {
 }
 
 // Close implements Source.
-func (m *MySQL) Close() error { return nil }
+func (m *MySQL) Close() error {
+	m.keys.close()
+	return nil
+}
 
 // MySQLPattern reads a --tables entry db.* (db unquoted or in
 // backticks): every table of db. ok is false for a plain db.table (a

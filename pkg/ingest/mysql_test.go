@@ -70,6 +70,20 @@ func (r *myIngest) lastSession() (uint32, int) {
 	return r.sessions[len(r.sessions)-1], len(r.sessions)
 }
 
+// myDatabase is a new database on the shared MariaDB and a connection
+// to it, closed when the test ends.
+func myDatabase(t *testing.T) (*testenv.MariaDB, string, *client.Conn) {
+	t.Helper()
+	m := testenv.SharedMariaDB(t)
+	db := m.CreateDatabase(t)
+	c, err := m.Connect(t.Context(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return m, db, c
+}
+
 func myQuery(t *testing.T, c *client.Conn, qs ...string) {
 	t.Helper()
 	for _, q := range qs {
@@ -170,13 +184,7 @@ func selectRows(t *testing.T, c *client.Conn, q string) []string {
 // transaction and the store ends equal to the table, nothing lost or
 // doubled.
 func TestMySQLIngestConnectionLost(t *testing.T) {
-	m := testenv.SharedMariaDB(t)
-	db := m.CreateDatabase(t)
-	c, err := m.Connect(t.Context(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	m, db, c := myDatabase(t)
 	killer, err := m.Connect(t.Context(), "")
 	if err != nil {
 		t.Fatal(err)
@@ -226,13 +234,7 @@ func TestMySQLIngestConnectionLost(t *testing.T) {
 // altered collection in the stream: it holds the table in its new
 // columns; the other collection goes on.
 func TestMySQLIngestAltered(t *testing.T) {
-	m := testenv.SharedMariaDB(t)
-	db := m.CreateDatabase(t)
-	c, err := m.Connect(t.Context(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	m, db, c := myDatabase(t)
 	myQuery(t, c, "CREATE TABLE a (id int PRIMARY KEY)", "CREATE TABLE b (id int PRIMARY KEY)", "INSERT INTO a VALUES (1)", "INSERT INTO b VALUES (1)")
 	colls := []string{db + ".a", db + ".b"}
 	r := startMyIngest(t, m, colls)

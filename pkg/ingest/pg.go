@@ -71,6 +71,15 @@ type PGConfig struct {
 	// resumable initial snapshot has (snapshot.Resume.ChunkPages; 0:
 	// automatic).
 	SnapshotChunkPages int64
+	// StateDir and StateCache place and bound the on-disk key states of
+	// tables whose replica identity is not FULL (rowStates): default
+	// STORE/state, and keystate.DefaultCacheBytes per table.
+	StateDir   string
+	StateCache int64
+	// CopyMemory is how many bytes of a re-snapshot's copied rows are
+	// held in memory before they are staged in the store as one more run
+	// (copystage.go); 0 or less: reclock.DefaultMemoryBudget.
+	CopyMemory int64
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -93,6 +102,7 @@ type PG struct {
 	// Key states of the collections whose replica identity is not FULL
 	// (replicate.KeyState), rebuilt from the store by Resume.
 	states  map[string]*replicate.KeyState
+	keys    rowStates // on disk behind them
 	errored map[string]bool
 	// later are the states to build when the stream describes their
 	// tables (streamCtx is the stream's context).
@@ -125,7 +135,7 @@ func NewPG(cfg PGConfig) *PG {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &PG{cfg: cfg, log: log, nudge: make(chan struct{}, 1), needState: map[string]bool{}}
+	return &PG{cfg: cfg, log: log, nudge: make(chan struct{}, 1), needState: map[string]bool{}, keys: rowStates{dir: cfg.StateDir, cache: cfg.StateCache}}
 }
 
 // DefaultSlot is the slot name of source in st when none is given: unique
@@ -213,30 +223,22 @@ func (p *PG) Snapshot(ctx context.Context, _ string, collections []string, start
 	}
 	// The copy is staged in the store chunk by chunk and resumed from the
 	// chunks an earlier attempt finished (snapstage.go).
-	if ss, ok := sink.(stagerSink); ok && p.st != nil {
-		schemas := map[string]*arrow.Schema{}
-		for _, c := range collections {
-			if t := p.tabs[c]; t != nil {
-				schemas[c] = dataSchemaLSN(t.Fields())
-			}
+	schemas := map[string]*arrow.Schema{}
+	for _, c := range collections {
+		if t := p.tabs[c]; t != nil {
+			schemas[c] = dataSchemaLSN(t.Fields())
 		}
-		sg := newSnapStager(ctx, p.st, p.cfg.Source, ss, schemas, p.cfg.ProgressInterval, p.log)
+	}
+	sg, resume := newSnapStager(ctx, p.st, p.cfg.Source, sink, schemas, p.cfg.ProgressInterval, p.log)
+	if sg != nil {
 		defer sg.release()
-		cfg.Resume = &snapshot.Resume{Plan: sg.plan(), Begin: sg.begin, ChunkPages: p.cfg.SnapshotChunkPages}
-		sink = sg
+		resume.ChunkPages = p.cfg.SnapshotChunkPages
+		cfg.Resume, sink = resume, sg
 	}
 	res, err := snapshot.PG(ctx, cfg, sink)
-	if errors.Is(err, snapshot.ErrRewind) && cfg.Resume != nil && cfg.Resume.Plan != nil && p.st != nil {
-		// Resumed chunks of a table that is not FULL could not be rewound
-		// (a change to a row older than the slot): start anew, from an
-		// attempt of its own (the sink has rewound rows of this one).
-		p.log.Warn("snapshot: the chunks of the earlier run cannot be rewound; copying anew", "source", p.cfg.Source, "error", err)
-		if rerr := p.st.RemoveSnapshot(p.cfg.Source); rerr != nil {
-			return rerr
-		}
-		return retry.Soon(err, 0)
-	}
-	if err != nil {
+	// Resumed chunks of a table that is not FULL could not be rewound (a
+	// change to a row older than the slot): start anew.
+	if err = sg.anew(err, func(err error) bool { return errors.Is(err, snapshot.ErrRewind) }); err != nil {
 		return err
 	}
 	if res.Replication != nil {
@@ -251,12 +253,7 @@ func (p *PG) Snapshot(ctx context.Context, _ string, collections []string, start
 
 // snapshotCommitted implements snapshotCommitter: the snapshot's staged
 // files and record are no longer needed.
-func (p *PG) snapshotCommitted(string) error {
-	if p.st == nil {
-		return nil
-	}
-	return p.st.RemoveSnapshot(p.cfg.Source)
-}
+func (p *PG) snapshotCommitted(string) error { return removeStagedSnapshot(p.st, p.cfg.Source) }
 
 // Stream implements Source.
 func (p *PG) Stream(ctx context.Context, r StreamRequest) error {
@@ -364,6 +361,7 @@ func (p *PG) keyState(t *pgarrow.Table) (*replicate.KeyState, error) {
 // a batch at a time.
 func (p *PG) Resume(ctx context.Context, r Resume) error {
 	p.states, p.errored, p.later = map[string]*replicate.KeyState{}, r.Errored, map[string]laterState{}
+	p.keys.close()
 	// A collection committed beyond the common start (a crash between
 	// two collections' commits) replays nothing: its updates below its
 	// own durable frontier are dropped rather than verified, so that a
@@ -451,7 +449,7 @@ func (l laterState) build(ctx context.Context, p *PG, t *pgarrow.Table) (*replic
 	if err != nil {
 		return nil, fmt.Errorf("rebuild key states: %w", err)
 	}
-	if err := rebuildKeyState(ctx, p.log, l.timeline, l.name, l.sh, l.durable, st, "identity", l.kind, "key", strings.Join(l.key, ",")); err != nil {
+	if err := p.keys.build(ctx, p.log, p.st, l.timeline, l.name, l.sh, l.durable, st, "identity", l.kind, "key", strings.Join(l.key, ",")); err != nil {
 		return nil, hint.Wrap(fmt.Errorf("rebuild key states: %s as of %d: %w", l.name, max(l.durable, 1)-1, err),
 			fmt.Sprintf("the key state of %s (replica identity %s) is read from the store; if the table's columns changed while the ingest was not running, snapshot it again in a new store", l.name, strings.ToUpper(l.kind)))
 	}
@@ -470,6 +468,7 @@ func (p *PG) Nudge(string) {
 // Close implements Source.
 func (p *PG) Close() error {
 	p.closeConns()
+	p.keys.close()
 	return nil
 }
 

@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -48,8 +47,10 @@ import (
 // definite error, the columns changing again), gives the collection a
 // definite error at T instead; a later re-snapshot clears it.
 //
-// The copy and the held changes are in memory until the reset is handed
-// over (the bounded-memory work stages them).
+// The copy is staged in the store as it comes, in runs of bounded size
+// (copystage.go), and committed from its files at the hand-over; the
+// held changes are in memory (the reclocker stages them past its budget
+// once handed over).
 //
 // A table with a key state (replica identity DEFAULT or USING INDEX:
 // replicate.StateTaker) is not rewound: the changes held between T and S
@@ -115,7 +116,7 @@ type resnap struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	// Set before done is closed.
-	rows    []arrow.Record
+	copy    stagedCopy
 	snapLSN frontier.LSN
 	copied  *pgarrow.Table
 	err     error
@@ -138,10 +139,10 @@ func (s *pgSink) start(coll string, at frontier.LSN, t *pgarrow.Table, why strin
 	s.jobs = append(s.jobs, j)
 	s.p.log.Info("re-snapshot", "source", s.p.cfg.Source, "collection", coll, "at", at, "why", why)
 	var kept pgarrow.Table
-	if k, err := readKept(s.p.st, s.p.cfg.Source, coll, at.String(), &kept); err != nil || k != nil {
+	if k, err := readKept(ctx, s.p.st, s.p.cfg.Source, coll, frontier.Time{Pos: uint64(at)}, at.String(), &kept); err != nil || k != nil {
 		// Done before a crash: handed over again as it was.
 		if err == nil {
-			j.rows, j.copied = k.rows, &kept
+			j.copy, j.copied = k.copy, &kept
 			j.snapLSN, err = frontier.ParseLSN(k.snap)
 			s.p.log.Info("re-snapshot: the copy kept before a restart", "source", s.p.cfg.Source, "collection", coll, "at", at, "snapshot_lsn", k.snap)
 		}
@@ -157,12 +158,13 @@ func (s *pgSink) start(coll string, at frontier.LSN, t *pgarrow.Table, why strin
 		defer func() {
 			s.p.log.Debug("re-snapshot copied", "collection", coll, "took", time.Since(began), "snapshot_lsn", j.snapLSN, "error", j.err)
 		}()
-		c := &collectSink{}
+		c := newCopyStager(ctx, s.p.st, s.p.cfg.Source, frontier.Time{Pos: uint64(at)}, s.p.cfg.CopyMemory)
 		lsn, tabs, err := snapshot.Copy(ctx, snapshot.Config{
 			Upstream: s.p.cfg.Upstream, Publication: s.p.cfg.Publication, Tables: []string{coll}, Logger: s.p.log,
 			KeyedIdentity: true, // a table with a key state: read into one (finishKeyed)
 		}, c)
-		j.rows, j.snapLSN, j.err = c.recs, lsn, err
+		j.copy, err = c.done(coll, err)
+		j.snapLSN, j.err = lsn, err
 		if err == nil && len(tabs) == 1 {
 			j.copied = tabs[0]
 		}
@@ -183,13 +185,11 @@ func (s *pgSink) abort(j *resnap, msg string) error {
 }
 
 func (j *resnap) release() {
-	for _, r := range j.rows {
-		r.Release()
-	}
+	j.copy.release()
 	for _, r := range j.held {
 		r.Release()
 	}
-	j.rows, j.held = nil, nil
+	j.held = nil
 }
 
 // skipped reports whether coll's update at source time at is durable
@@ -576,12 +576,9 @@ func (s *pgSink) finish(j *resnap) error {
 	if err := s.Sink.Reset(j.coll, at, arrow.NewSchema(j.copied.Fields(), nil)); err != nil {
 		return err
 	}
-	var copied, rewound int64
-	for _, rec := range j.rows {
-		if err := retimedTo(s.Sink, j.coll, rec, at, false); err != nil {
-			return err
-		}
-		copied += rec.NumRows()
+	copied, rewound := j.copy.rows, int64(0)
+	if err := j.copy.handOver(s.Sink, j.coll); err != nil {
+		return err
 	}
 	for _, rec := range j.held {
 		times := rec.Column(int(rec.NumCols()) - 2).(*array.Uint64)
@@ -601,7 +598,7 @@ func (s *pgSink) finish(j *resnap) error {
 			return err
 		}
 	}
-	s.p.log.Info("re-snapshot done", "source", s.p.cfg.Source, "collection", j.coll, "at", j.at, "rows", copied, "rewound", rewound, "snapshot_lsn", j.snapLSN)
+	s.p.log.Info("re-snapshot done", append([]any{"source", s.p.cfg.Source, "collection", j.coll, "at", j.at, "rows", copied, "rewound", rewound, "snapshot_lsn", j.snapLSN}, copyAttrs(&j.copy)...)...)
 	return nil
 }
 
@@ -613,7 +610,7 @@ func (s *pgSink) finishKeyed(j *resnap, key []string) error {
 	at := frontier.Time{Pos: uint64(j.at)}
 	st, err := replicate.NewKeyState(j.copied, key)
 	if err == nil {
-		err = fillState(st, j.rows)
+		err = s.p.keys.fill(s.ctx, j.coll, st, &j.copy)
 	}
 	if err == nil && len(j.held) > 0 {
 		err = fmt.Errorf("%d changes were held decoded", len(j.held))
@@ -626,21 +623,19 @@ func (s *pgSink) finishKeyed(j *resnap, key []string) error {
 	var copied int64
 	if !j.silent {
 		// Durable before any binding past j.at can be (keptcopy.go).
-		if err := keepCopy(s.p.st, s.p.cfg.Source, j.coll, j.at.String(), j.snapLSN.String(), j.copied, j.copied.Fields(), j.rows); err != nil {
+		if err := keepCopy(s.p.st, s.p.cfg.Source, j.coll, j.at.String(), j.snapLSN.String(), j.copied, j.copied.Fields(), &j.copy); err != nil {
 			return err
 		}
 		if err := s.Sink.Reset(j.coll, at, arrow.NewSchema(j.copied.Fields(), nil)); err != nil {
 			return err
 		}
-		for _, rec := range j.rows {
-			if err := retimedTo(s.Sink, j.coll, rec, at, false); err != nil {
-				return err
-			}
-			copied += rec.NumRows()
+		copied = j.copy.rows
+		if err := j.copy.handOver(s.Sink, j.coll); err != nil {
+			return err
 		}
 	}
 	s.give(j.coll, st, frontier.Single(frontier.DomainLSN, uint64(j.snapLSN)))
-	s.p.log.Info("re-snapshot done", append([]any{"source", s.p.cfg.Source, "collection", j.coll, "at", j.at, "rows", copied, "snapshot_lsn", j.snapLSN}, stateAttrs(st)...)...)
+	s.p.log.Info("re-snapshot done", append(append([]any{"source", s.p.cfg.Source, "collection", j.coll, "at", j.at, "rows", copied, "snapshot_lsn", j.snapLSN}, stateAttrs(st)...), copyAttrs(&j.copy)...)...)
 	return nil
 }
 
@@ -675,26 +670,4 @@ func (s *pgSink) close() {
 		j.release()
 	}
 	s.jobs = nil
-}
-
-// collectSink keeps a copy's records (snapshot.Copy calls it from one
-// goroutine).
-type collectSink struct {
-	mu   sync.Mutex
-	recs []arrow.Record
-}
-
-func (c *collectSink) Data(_ string, rec arrow.Record) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	rec.Retain()
-	c.recs = append(c.recs, rec)
-	return nil
-}
-func (c *collectSink) Progress(string, frontier.Frontier) error { return nil }
-func (c *collectSink) Error(coll string, _ frontier.Time, msg string) error {
-	return errors.New(msg)
-}
-func (c *collectSink) Reset(coll string, at frontier.Time, _ *arrow.Schema) error {
-	return fmt.Errorf("copy of %s: unexpected reset at %d", coll, at.Pos)
 }

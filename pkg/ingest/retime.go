@@ -35,6 +35,14 @@ func retimedRows(sink pipe.Sink, coll string, rec arrow.Record, rows []int, at f
 // partition too, when rec has _partition), with their diffs negated when
 // negate: a re-snapshot's copy at the reset's time.
 func retimedTo(sink pipe.Sink, coll string, rec arrow.Record, at frontier.Time, negate bool) error {
+	out := retimed(rec, at, negate)
+	defer out.Release()
+	return sink.Data(coll, out)
+}
+
+// retimed returns rec's rows at source time at, with their diffs negated
+// when negate (the caller releases it).
+func retimed(rec arrow.Record, at frontier.Time, negate bool) arrow.Record {
 	n := int(rec.NumRows())
 	_, _, diffs, parts := pipe.SplitData(rec)
 	user := int(rec.NumCols()) - 2
@@ -65,9 +73,7 @@ func retimedTo(sink pipe.Sink, coll string, rec arrow.Record, at frontier.Time, 
 		defer pa.Release()
 		cols = append(cols, pa)
 	}
-	out := array.NewRecord(rec.Schema(), cols, int64(n))
-	defer out.Release()
-	return sink.Data(coll, out)
+	return array.NewRecord(rec.Schema(), cols, int64(n))
 }
 
 // closed reports whether ch is closed (a re-snapshot's copy is done).

@@ -49,6 +49,12 @@ type Options struct {
 	// reclock.DefaultMemoryBudget, negative never stages.
 	MemoryBudget int64
 
+	// Standby makes an ingest whose source another one holds (a flock, or
+	// an s3:// store's writer lease) wait and take over when the holder
+	// stops or dies (its lease expired), instead of failing: a hot
+	// standby, on this host or another.
+	Standby bool
+
 	// AfterCommit is a test hook called after each collection commit.
 	AfterCommit func(collection string, upper uint64)
 }
@@ -68,9 +74,22 @@ func Run(ctx context.Context, src Source, st *store.Store, opts Options) error {
 	if mu, ok := src.(MetricsUser); ok && opts.Metrics != nil {
 		mu.UseMetrics(opts.Metrics)
 	}
-	return retryTransient(ctx, opts, func(ctx context.Context) error {
-		return runOnce(ctx, src, st, opts)
+	err := retryTransient(ctx, opts, func(ctx context.Context) error {
+		for {
+			// A standby that found the source free starts afresh, so
+			// that what it opens of the upstream is of now, not of when
+			// it began to wait.
+			if err := runOnce(ctx, src, st, opts); !errors.Is(err, errSourceFreed) {
+				return err
+			}
+		}
 	})
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		// Stopped while starting (a state still being read, say):
+		// nothing is lost, as when stopped while streaming.
+		return nil
+	}
+	return err
 }
 
 // timeline is the driver's state of one Timeline.
@@ -197,6 +216,37 @@ func runOnce(ctx context.Context, src Source, st *store.Store, opts Options) (er
 	return nil
 }
 
+// standbyPoll is how often a standby tries the source's lock: it takes
+// over within this of the holder's stop, or of its lease's expiry.
+const standbyPoll = 250 * time.Millisecond
+
+// errSourceFreed ends an attempt of a standby whose source became free:
+// the next attempt opens the upstream anew and takes the lock.
+var errSourceFreed = errors.New("the source is free")
+
+// standby waits until the lock of source, which held says another ingest
+// holds, is free (store.LockHeld: the holder's flock is gone, or its
+// lease expired), without taking it, and returns errSourceFreed (or
+// ctx's error when stopped while waiting): the next attempt takes it, so
+// a takeover is one lease epoch.
+func (d *driver) standby(ctx context.Context, source string, held error) error {
+	d.log.Info("standby: another ingest holds the source; waiting to take over", "source", source, "held", held.Error())
+	tick := time.NewTicker(standbyPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("standby for %s: %w", source, ctx.Err())
+		case <-tick.C:
+		}
+		if d.st.LockHeld(source) {
+			continue
+		}
+		d.log.Info("standby: the source is free; taking over", "source", source)
+		return errSourceFreed
+	}
+}
+
 func closeProber(tl Timeline) {
 	if tl.Prober != nil {
 		tl.Prober.Close()
@@ -209,6 +259,9 @@ func closeProber(tl Timeline) {
 func (d *driver) start(ctx context.Context, tl Timeline) error {
 	st := d.st
 	lock, err := st.LockSource(tl.ID)
+	if errors.Is(err, store.ErrLocked) && d.opts.Standby {
+		err = d.standby(ctx, tl.ID, err)
+	}
 	if err != nil {
 		closeProber(tl)
 		if errors.Is(err, store.ErrLocked) {
@@ -404,11 +457,11 @@ type snapshotCommitter interface {
 // DataStaged hands the reclocker a collection's staged snapshot rows (a
 // resumable snapshot's copy); a collection with a definite error drops
 // them.
-func (d *driver) DataStaged(collection string, in *arrow.Schema, stage *store.Stage) error {
+func (d *driver) DataStaged(collection string, in *arrow.Schema, stage *store.Stage, part string) error {
 	taken := false
 	err := d.live(collection, func(t *timeline) error {
 		taken = true
-		return t.rc.DataStaged(d.ctx, collection, in, stage)
+		return t.rc.DataStaged(d.ctx, collection, in, stage, part)
 	})
 	if !taken {
 		stage.Release()

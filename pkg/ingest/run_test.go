@@ -54,13 +54,7 @@ func everySource() []sourceCase {
 			return NewPG(PGConfig{Upstream: upstream.MustParsePostgres(dsn), Publication: "p", Slot: slot, Logger: quietLog()}), "pg", "public.t"
 		}, upstreamOK: func(ps []string) bool { return slices.Equal(ps, []string{""}) }},
 		{name: "mariadb", source: func(t *testing.T, rows int) (Source, string, string) {
-			m := testenv.SharedMariaDB(t)
-			db := m.CreateDatabase(t)
-			c, err := m.Connect(t.Context(), db)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			m, db, c := myDatabase(t)
 			myQuery(t, c, "CREATE TABLE t (id int PRIMARY KEY, v varchar(10))")
 			for i := 1; i <= rows; i++ {
 				myQuery(t, c, fmt.Sprintf("INSERT INTO t VALUES (%d, 'x')", i))

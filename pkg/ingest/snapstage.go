@@ -14,6 +14,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 
 	"github.com/rtrctl/rtrctl/internal/arrowutil"
+	"github.com/rtrctl/rtrctl/internal/retry"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/reclock"
@@ -21,8 +22,8 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/store"
 )
 
-// The initial snapshot of a PostgreSQL ingest is resumable
-// (snapshot.Resume): snapStager stages each chunk's copied rows in the
+// The initial snapshot of a PostgreSQL or MySQL/MariaDB ingest is
+// resumable (snapshot.Resume): snapStager stages each chunk's copied rows in the
 // store (store.NewSnapshotStage) as they come, in runs of bounded size,
 // and once a chunk is complete records it, with its files, in the
 // snapshot record (store.WriteSnapshotRecord, docs/format-store.md). A
@@ -43,7 +44,7 @@ type snapRecord struct {
 // stagerSink is what a stager hands the tables' stages to (the driver).
 type stagerSink interface {
 	pipe.Sink
-	DataStaged(collection string, in *arrow.Schema, stage *store.Stage) error
+	DataStaged(collection string, in *arrow.Schema, stage *store.Stage, part string) error
 }
 
 // snapStager is the snapshot.ChunkSink of a resumable snapshot.
@@ -58,6 +59,7 @@ type snapStager struct {
 	every   time.Duration            // between progress lines
 
 	rec     *snapRecord
+	resumed bool // begin kept the earlier attempt's plan
 	stages  map[string]*store.Stage
 	chunks  map[snapshot.ChunkRef]*chunkBuf
 	held    int64
@@ -82,8 +84,8 @@ type TableProgress struct {
 	Rows        int64 `json:"rows"`
 	Bytes       int64 `json:"bytes"`
 	ResumedRows int64 `json:"resumed_rows,omitempty"`
-	// EstimatedRows is pg_class.reltuples when the snapshot was planned
-	// (0: unknown).
+	// EstimatedRows is pg_class.reltuples (MySQL: information_schema
+	// TABLE_ROWS) when the snapshot was planned (0: unknown).
 	EstimatedRows int64 `json:"estimated_rows,omitempty"`
 	Chunks        int   `json:"chunks"`
 	ChunksDone    int   `json:"chunks_done"`
@@ -158,7 +160,7 @@ func (s *snapStager) plan() *snapshot.Plan {
 
 // begin is snapshot.Resume.Begin.
 func (s *snapStager) begin(p *snapshot.Plan, kept bool) error {
-	s.began, s.lastLog = time.Now(), time.Now()
+	s.began, s.lastLog, s.resumed = time.Now(), time.Now(), kept
 	if !kept {
 		if s.rec != nil {
 			s.log.Info("snapshot: the earlier attempt's chunks do not hold (the slot or a table changed); copying anew", "source", s.source)
@@ -168,7 +170,7 @@ func (s *snapStager) begin(p *snapshot.Plan, kept bool) error {
 		}
 		s.rec = &snapRecord{Format: 1, Source: s.source}
 	}
-	s.rec.Plan = p // PG sets its chunks' LSNs as they are done
+	s.rec.Plan = p // the snapshot sets its chunks' positions as they are done
 	// Done chunks of the tables copied now keep their files; a chunk
 	// whose files are gone (its stage was committed or dropped) is copied
 	// again.
@@ -185,7 +187,7 @@ func (s *snapStager) begin(p *snapshot.Plan, kept bool) error {
 		var runs [][]store.BatchMeta
 		for ci := range pt.Chunks {
 			c := &pt.Chunks[ci]
-			if c.LSN == 0 {
+			if !c.Done() {
 				continue
 			}
 			var cr [][]store.BatchMeta
@@ -400,7 +402,7 @@ func (s *snapStager) handOver() error {
 	for _, name := range slices.Sorted(maps.Keys(s.stages)) {
 		sg := s.stages[name]
 		delete(s.stages, name)
-		if err := s.DataStaged(name, s.schemas[name], sg); err != nil {
+		if err := s.DataStaged(name, s.schemas[name], sg, s.rec.Plan.Partition); err != nil {
 			return err
 		}
 		tp := s.tables[name]
@@ -423,13 +425,51 @@ func (s *snapStager) release() {
 }
 
 // newSnapStager returns the stager of a snapshot of the tables in
-// schemas (their data schemas) into sink.
-func newSnapStager(ctx context.Context, st *store.Store, source string, sink stagerSink, schemas map[string]*arrow.Schema, every time.Duration, log *slog.Logger) *snapStager {
+// schemas (their data schemas) into sink, and the resume configuration
+// for the snapshot (chunk sizes to be set by the caller); nil, nil when
+// the snapshot cannot be staged (no store, or a sink that takes no
+// stages: then it is not resumable). The caller releases the stager.
+func newSnapStager(ctx context.Context, st *store.Store, source string, sink pipe.Sink, schemas map[string]*arrow.Schema, every time.Duration, log *slog.Logger) (*snapStager, *snapshot.Resume) {
+	ss, ok := sink.(stagerSink)
+	if !ok || st == nil {
+		return nil, nil
+	}
 	if every <= 0 {
 		every = 5 * time.Second
 	}
-	return &snapStager{stagerSink: sink, ctx: ctx, st: st, source: source, log: log, schemas: schemas,
+	s := &snapStager{stagerSink: ss, ctx: ctx, st: st, source: source, log: log, schemas: schemas,
 		budget: reclock.DefaultMemoryBudget, every: every, rec: readSnapRecord(st, source, log)}
+	return s, &snapshot.Resume{Plan: s.plan(), Begin: s.begin}
+}
+
+// anew handles err, the error of a resumed snapshot that cannot be
+// finished from the earlier attempt's chunks (cannot: their changes since
+// cannot be rewound), by dropping the record and retrying soon in a new
+// attempt of its own (the sink has rewound rows of this one). It returns
+// err as it was when the snapshot was not resumed or cannot says no.
+func (s *snapStager) anew(err error, cannot func(error) bool) error {
+	if err == nil || s == nil || s.rec == nil || s.rec.Plan == nil || !cannot(err) {
+		return err
+	}
+	// (A plan that did not hold was replaced by a new one in begin: that
+	// one's chunks are this attempt's, and a rewind error is definite.)
+	if !s.resumed {
+		return err
+	}
+	s.log.Warn("snapshot: the chunks of the earlier run cannot be rewound; copying anew", "source", s.source, "error", err)
+	if rerr := s.st.RemoveSnapshot(s.source); rerr != nil {
+		return rerr
+	}
+	return retry.Soon(err, 0)
+}
+
+// removeStagedSnapshot is a source's snapshotCommitted: the snapshot's
+// staged files and record are no longer needed.
+func removeStagedSnapshot(st *store.Store, source string) error {
+	if st == nil {
+		return nil
+	}
+	return st.RemoveSnapshot(source)
 }
 
 // dataSchemaLSN is the data schema of a table's snapshot records.

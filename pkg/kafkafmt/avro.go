@@ -33,6 +33,25 @@ type AvroConfig struct {
 	// Flag names the option that pins the version, for hints
 	// (--value-schema-version).
 	Flag string
+	// Evolve, when the version is not pinned, switches the reader to a
+	// later version of the subject that a record is written with and
+	// that adds what the reader lacks, when that version reads every
+	// record the reader did (Avro resolution: its new fields have
+	// defaults): Check returns a *SwitchError and the envelope switches
+	// (Evolver). Without it such a record does not decode.
+	Evolve bool
+	// Start, when Version is 0, is the reader's version at start (the
+	// one the collection was last read with) instead of the latest; Past
+	// are the versions it was read with before (its earlier
+	// generations'), which a later version must also read to become the
+	// reader (the decision is the same in every run).
+	Start int
+	Past  []int
+	// Changes makes the format read Debezium change events only
+	// (ChangeFormat, the debezium envelope): each record is read with
+	// the schema it was written with, so there is no reader schema
+	// (nothing is fetched at start, and AvroReader reports none).
+	Changes bool
 }
 
 // avroAPI decodes with bounds on what a corrupt length may allocate: a
@@ -58,7 +77,30 @@ type avroFormat struct {
 	lastVal any
 	lastOK  bool
 	rd      *avro.Reader
+	// next is the later version the last *SwitchError named; past are the
+	// readers before reader in this run (the state may hold values framed
+	// with their ids).
+	next *SubjectVersion
+	past []SubjectVersion
+	// keyPlans and valPlans are the compiled writer schemas of
+	// ChangeFormat (debezium_avro.go) by schema id.
+	keyPlans, valPlans map[uint32]*avroPlan
 }
+
+// SwitchError says that a record is written with a later version of the
+// reader schema's subject that the reader cannot represent (new fields)
+// and that reads every record the reader did: the envelope switches its
+// reader to it (Evolver) and adds the record again. An envelope that
+// cannot switch makes it a decode error (Msg says what a reader pinned
+// to the version does).
+type SwitchError struct {
+	// From and To are the reader and the version the record needs.
+	From, To SubjectVersion
+	// What says what changes, for a log line; Msg is the error.
+	What, Msg string
+}
+
+func (e *SwitchError) Error() string { return e.Msg }
 
 // NewAvro returns the Avro format of cfg: its reader schema is the
 // subject's pinned or latest version, fetched now.
@@ -66,7 +108,14 @@ func NewAvro(ctx context.Context, cfg AvroConfig) (Format, error) {
 	if cfg.Registry == nil {
 		return nil, errors.New("avro format: no schema registry (pass --schema-registry URL)")
 	}
-	rv, err := cfg.Registry.Version(ctx, cfg.Subject, cfg.Version)
+	if cfg.Changes {
+		return &avroFormat{reg: cfg.Registry, cfg: cfg, typ: arrow.BinaryTypes.Binary}, nil
+	}
+	v := cfg.Version
+	if v <= 0 {
+		v = cfg.Start
+	}
+	rv, err := cfg.Registry.Version(ctx, cfg.Subject, v)
 	if err != nil {
 		return nil, fmt.Errorf("avro format: reader schema: %w", err)
 	}
@@ -74,15 +123,29 @@ func NewAvro(ctx context.Context, cfg AvroConfig) (Format, error) {
 	if err != nil {
 		return nil, fmt.Errorf("avro format: subject %s version %d (schema id %d): %w", rv.Subject, rv.Version, rv.ID, err)
 	}
-	return &avroFormat{reg: cfg.Registry, cfg: cfg, reader: rv, typ: typ,
-		writers: map[uint32]avro.Schema{uint32(rv.ID): rv.Schema}, refused: map[uint32]error{}}, nil
+	f := &avroFormat{reg: cfg.Registry, cfg: cfg, reader: rv, typ: typ,
+		writers: map[uint32]avro.Schema{uint32(rv.ID): rv.Schema}, refused: map[uint32]error{}}
+	for _, pv := range cfg.Past {
+		if pv == rv.Version {
+			continue
+		}
+		sv, err := cfg.Registry.Version(ctx, cfg.Subject, pv)
+		if err != nil {
+			return nil, fmt.Errorf("avro format: an earlier reader schema: %w", err)
+		}
+		f.past = append(f.past, sv)
+	}
+	return f, nil
 }
 
-// AvroReader returns the subject, version and schema id of an Avro
-// format's reader schema (ok false for other formats).
+// AvroReader returns the subject, version and schema id of an Avro or
+// Protobuf format's reader schema (ok false for other formats).
 func AvroReader(f Format) (subject string, version, id int, ok bool) {
+	if p, ok := f.(*protoFormat); ok {
+		return p.reader.Subject, p.reader.Version, p.reader.ID, true
+	}
 	a, ok := f.(*avroFormat)
-	if !ok {
+	if !ok || a.cfg.Changes {
 		return "", 0, 0, false
 	}
 	return a.reader.Subject, a.reader.Version, a.reader.ID, true
@@ -100,6 +163,9 @@ func (e *TransientError) Unwrap() error { return e.Err }
 
 // Check implements Format.
 func (f *avroFormat) Check(data []byte) error {
+	if f.cfg.Changes {
+		return errors.New("the format reads Debezium change events (the debezium envelope) only")
+	}
 	_, err := f.decode(data)
 	return err
 }
@@ -169,6 +235,9 @@ func (f *avroFormat) writer(id uint32) (avro.Schema, error) {
 	default:
 		err = f.resolvable(ctx, id, ws)
 	}
+	if _, ok := errors.AsType[*SwitchError](err); ok {
+		return nil, err // not refused: the reader moves on to it
+	}
 	if err != nil {
 		f.refused[id] = err
 		return nil, err
@@ -194,27 +263,114 @@ func (f *avroFormat) resolvable(ctx context.Context, id uint32, ws avro.Schema) 
 		return nil // pinned: every record is read as that version
 	}
 	missing := extraFields(f.reader.Schema, ws, "", nil)
-	if len(missing) == 0 {
+	_, rerr := avro.NewSchemaCompatibility().Resolve(f.reader.Schema, ws)
+	if len(missing) == 0 && (rerr == nil || !f.cfg.Evolve) {
 		return nil
+	}
+	if !f.cfg.Evolve {
+		return laterVersion(ctx, f.reg, f.cfg, f.reader.Version, id, missing, "avro format")
 	}
 	v, err := f.reg.VersionOfID(ctx, f.cfg.Subject, int(id))
 	if _, ok := errors.AsType[*RegistryError](err); err != nil && !ok {
 		return &TransientError{Err: fmt.Errorf("avro format: %w", err)}
 	}
 	if v <= f.reader.Version {
-		// An older version (or a schema of another subject): its fields
-		// that the reader dropped are dropped, as Avro resolution says.
 		return nil
 	}
-	which := fmt.Sprintf("schema id %d (subject %s version %d)", id, f.cfg.Subject, v)
-	flag := f.cfg.Flag
-	if flag == "" {
-		flag = "--value-schema-version"
+	which, flag := laterNames(f.cfg, id, v)
+	to := SubjectVersion{Subject: f.cfg.Subject, Version: v, ID: int(id), Schema: ws}
+	if err := f.canSwitch(to); err != nil {
+		return fmt.Errorf("written with %s, a later version that cannot be the reader: %w; "+
+			"make the change compatible (give new fields defaults; change types only as Avro promotes them), "+
+			"or pass %s %d to read every record as version %d",
+			which, err, flag, f.reader.Version, f.reader.Version)
 	}
+	f.next = &to
+	return &SwitchError{From: f.reader, To: to, What: fmt.Sprintf("subject %s version %d (schema id %d) to version %d (schema id %d), which adds %s",
+		f.cfg.Subject, f.reader.Version, f.reader.ID, v, id, strings.Join(missing, ", ")), Msg: fmt.Sprintf("written with %s, which has fields the reader schema (subject %s version %d) lacks: %s; "+
+		"the envelope cannot switch its reader while it runs: pass %s %d to read every record as version %d (dropping those fields)",
+		which, f.reader.Subject, f.reader.Version, strings.Join(missing, ", "), flag, f.reader.Version, f.reader.Version)}
+}
+
+// laterVersion refuses schema id, whose records have the fields missing
+// that the reader schema (version readerV of cfg.Subject, the latest at
+// start) lacks, when it is a version of the subject registered after the
+// reader; an older version (or a schema of another subject) is read with
+// those fields dropped.
+func laterVersion(ctx context.Context, reg *Registry, cfg AvroConfig, readerV int, id uint32, missing []string, format string) error {
+	v, err := reg.VersionOfID(ctx, cfg.Subject, int(id))
+	if _, ok := errors.AsType[*RegistryError](err); err != nil && !ok {
+		return &TransientError{Err: fmt.Errorf("%s: %w", format, err)}
+	}
+	if v <= readerV {
+		return nil
+	}
+	which, flag := laterNames(cfg, id, v)
 	return fmt.Errorf("written with %s, which has fields the reader schema (subject %s version %d, the latest when the ingest started) lacks: %s; "+
 		"rtrctl reads a topic with one reader schema: re-ingest into another store or --source-id (the latest version is then the reader), "+
 		"or pass %s %d to read every record as version %d (dropping those fields)",
-		which, f.reader.Subject, f.reader.Version, strings.Join(missing, ", "), flag, f.reader.Version, f.reader.Version)
+		which, cfg.Subject, readerV, strings.Join(missing, ", "), flag, readerV, readerV)
+}
+
+// laterNames are the words of an error about schema id, version v of
+// cfg.Subject: which schema, and the flag that pins a version.
+func laterNames(cfg AvroConfig, id uint32, v int) (which, flag string) {
+	flag = cfg.Flag
+	if flag == "" {
+		flag = "--value-schema-version"
+	}
+	return fmt.Sprintf("schema id %d (subject %s version %d)", id, cfg.Subject, v), flag
+}
+
+// canSwitch reports why to cannot become the reader: it has no column
+// type, or it cannot read what the readers so far decoded (the values the
+// state holds are framed with their ids).
+func (f *avroFormat) canSwitch(to SubjectVersion) error {
+	if _, err := avroArrowType(to.Schema, nil); err != nil {
+		return err
+	}
+	for _, r := range append([]SubjectVersion{f.reader}, f.past...) {
+		if _, err := avro.NewSchemaCompatibility().Resolve(to.Schema, r.Schema); err != nil {
+			return fmt.Errorf("it cannot read records of version %d (schema id %d): %w", r.Version, r.ID, err)
+		}
+	}
+	return nil
+}
+
+// SwitchTo makes version (a later version of the subject) the next
+// reader, as a record written with it would: the collection's latest
+// generation has it (a switch whose contents were not committed).
+func (f *avroFormat) SwitchTo(ctx context.Context, version int) error {
+	if version == f.reader.Version {
+		return nil
+	}
+	to, err := f.reg.Version(ctx, f.cfg.Subject, version)
+	if err != nil {
+		return fmt.Errorf("avro format: switch to version %d: %w", version, err)
+	}
+	if err := f.canSwitch(to); err != nil {
+		return fmt.Errorf("avro format: switch to subject %s version %d: %w", to.Subject, to.Version, err)
+	}
+	f.next = &to
+	return nil
+}
+
+// switchReader makes the version the last *SwitchError (or SwitchTo)
+// named the reader.
+func (f *avroFormat) switchReader() error {
+	if f.next == nil {
+		return errors.New("avro format: no later version to switch to")
+	}
+	typ, err := avroArrowType(f.next.Schema, nil)
+	if err != nil {
+		return fmt.Errorf("avro format: subject %s version %d: %w", f.next.Subject, f.next.Version, err)
+	}
+	f.past = append(f.past, f.reader)
+	f.reader, f.typ, f.next = *f.next, typ, nil
+	f.writers = map[uint32]avro.Schema{uint32(f.reader.ID): f.reader.Schema}
+	f.refused = map[uint32]error{}
+	f.lastOK = false
+	return nil
 }
 
 // extraFields lists the record fields of writer (dotted paths) that the
@@ -286,14 +442,35 @@ func (f *avroFormat) Normal(data []byte) ([]byte, error) {
 }
 
 // encode frames v, a value of the reader schema, with the reader's id.
-func (f *avroFormat) encode(v any) ([]byte, error) {
-	b, err := avroAPI.Marshal(f.reader.Schema, v)
+func (f *avroFormat) encode(v any) ([]byte, error) { return encodeWith(f.reader, v) }
+
+// encodeWith frames v, a value of sv's schema, with sv's id.
+func encodeWith(sv SubjectVersion, v any) ([]byte, error) {
+	b, err := avroAPI.Marshal(sv.Schema, v)
 	if err != nil {
-		return nil, fmt.Errorf("avro: encode with schema id %d: %w", f.reader.ID, err)
+		return nil, fmt.Errorf("avro: encode with schema id %d: %w", sv.ID, err)
 	}
 	out := make([]byte, confluentHeader, confluentHeader+len(b))
-	binary.BigEndian.PutUint32(out[1:], uint32(f.reader.ID))
+	binary.BigEndian.PutUint32(out[1:], uint32(sv.ID))
 	return append(out, b...), nil
+}
+
+// rawer returns Raw of the reader in force now, which stays so after a
+// switch: element i of a column of its type re-encoded with it, framed
+// with its id, so that a later reader resolves it (Avro's schema
+// resolution) as it does a record written with that version.
+func (f *avroFormat) rawer() func(arr arrow.Array, i int) ([]byte, error) {
+	reader, typ := f.reader, f.typ
+	return func(arr arrow.Array, i int) ([]byte, error) {
+		if !arrow.TypeEqual(arr.DataType(), typ) {
+			return nil, fmt.Errorf("avro format: column is %s, want %s (version %d)", arr.DataType(), typ, reader.Version)
+		}
+		v, err := avroGeneric(arr, i, reader.Schema)
+		if err != nil {
+			return nil, fmt.Errorf("avro format: %w", err)
+		}
+		return encodeWith(reader, v)
+	}
 }
 
 // NewColumn implements Format.

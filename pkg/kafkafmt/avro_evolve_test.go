@@ -1,6 +1,7 @@
 package kafkafmt
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -155,18 +156,7 @@ func TestAvroUpsertKeyVersions(t *testing.T) {
 	}
 	// The state rebuilt from those rows (Raw re-encodes) is the live one:
 	// a tombstone of the v1-encoded key retracts the row.
-	e := avroDec(t, "upsert", kf, vf, "", nil)
-	if err := loadState(e, out); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Add(rec(0, 2, key1, nil)); err != nil {
-		t.Fatal(err)
-	}
-	del := e.Flush()
-	defer del.Release()
-	if g := rows(t, del); len(g) != 1 || g[0] != `{"id":1,"region":"eu"} {"id":1,"qty":2} @0:2 -1` {
-		t.Fatalf("tombstone after rebuild: %v", g)
-	}
+	checkRebuiltTombstone(t, kf, vf, out, key1, `{"id":1,"region":"eu"} {"id":1,"qty":2} @0:2 -1`)
 }
 
 // TestAvroDecodeErrorPolicies: bad magic byte, truncated framing, an
@@ -265,4 +255,49 @@ func FuzzAvroDecode(f *testing.F) {
 		}
 		col.Finish().Release()
 	})
+}
+
+// TestAvroSwitchPastReaders: an evolving reader switches to a later
+// version only if it reads the records of every reader so far, those of
+// this run and (Past) of the collection's earlier generations, so that a
+// run after a restart decides as the first did: v3 reads v2's records but
+// not v1's (v2's note has a default, v3's has none).
+func TestAvroSwitchPastReaders(t *testing.T) {
+	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
+	_, s2 := reg.Serde(t, "t-value", orderV1), reg.Serde(t, "t-value", orderV2)
+	s3 := reg.Serde(t, "t-value", `{"type":"record","name":"Order","fields":[{"name":"id","type":"long"},{"name":"qty","type":"int"},`+
+		`{"name":"note","type":"string"},{"name":"memo","type":"string","default":""}]}`)
+	r, err := NewRegistry(RegistryConfig{URL: reg.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v3 := s3.Encode(t, map[string]any{"id": int64(1), "qty": 1, "note": "n", "memo": "m"})
+	for _, c := range []struct {
+		name string
+		cfg  AvroConfig
+	}{
+		{"this run", AvroConfig{Start: 1}},
+		{"after a restart", AvroConfig{Start: 2, Past: []int{1}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := c.cfg
+			cfg.Registry, cfg.Subject, cfg.Evolve = r, "t-value", true
+			f, err := NewAvro(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Start == 1 {
+				if _, ok := errors.AsType[*SwitchError](f.Check(s2.Encode(t, map[string]any{"id": int64(1), "qty": 1, "note": "x"}))); !ok {
+					t.Fatal("v2 is no switch from v1")
+				}
+				if err := f.(switcher).switchReader(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err = f.Check(v3)
+			if _, ok := errors.AsType[*SwitchError](err); ok || err == nil || !strings.Contains(err.Error(), "cannot read records of version 1") {
+				t.Fatalf("v3: %v, want a refusal naming version 1", err)
+			}
+		})
+	}
 }

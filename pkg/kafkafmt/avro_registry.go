@@ -40,6 +40,9 @@ type Registry struct {
 
 	mu   sync.Mutex
 	byID map[int]avro.Schema
+	// raw: schemas of any type by id, as the registry holds them
+	// (RawSchema).
+	raw map[int]sr.Schema
 }
 
 // NewRegistry returns a client of the registry cfg names.
@@ -152,14 +155,7 @@ type SubjectVersion struct {
 
 // Version returns version v of subject (v <= 0: the latest).
 func (r *Registry) Version(ctx context.Context, subject string, v int) (SubjectVersion, error) {
-	if v <= 0 {
-		v = -1
-	}
-	var ss sr.SubjectSchema
-	err := r.do(ctx, fmt.Sprintf("subject %s version %s", subject, versionName(v)), func(ctx context.Context) (err error) {
-		ss, err = r.cl.SchemaByVersion(ctx, subject, v)
-		return err
-	})
+	ss, err := r.RawVersion(ctx, subject, v)
 	if err != nil {
 		return SubjectVersion{}, err
 	}
@@ -200,4 +196,100 @@ func versionName(v int) string {
 // one named type do not meet in hamba/avro's global cache.
 func parseAvro(text string) (avro.Schema, error) {
 	return avro.ParseWithCache(text, "", &avro.SchemaCache{})
+}
+
+// RawSchema is a registered schema as the registry holds it, of any
+// schema type, for the formats that parse schemas themselves.
+type RawSchema struct {
+	Subject     string // empty when fetched by id
+	Version, ID int    // Version 0 when fetched by id
+	// Type is the registry's schemaType: AVRO, JSON or PROTOBUF.
+	Type string
+	Text string
+}
+
+// rawSchema refuses what no format here reads: schema references.
+func rawSchema(op string, s sr.Schema) (RawSchema, error) {
+	if len(s.References) > 0 {
+		return RawSchema{}, &RegistryError{Op: op, Msg: "has schema references, which rtrctl does not resolve"}
+	}
+	return RawSchema{Type: s.Type.String(), Text: s.Schema}, nil
+}
+
+// SchemaText is RawSchema without references (which the json-schema
+// format does not resolve).
+func (r *Registry) SchemaText(ctx context.Context, id int) (RawSchema, error) {
+	got, err := r.RawSchema(ctx, id)
+	if err != nil {
+		return RawSchema{}, err
+	}
+	rs, err := rawSchema(fmt.Sprintf("schema id %d", id), got)
+	rs.ID = id
+	return rs, err
+}
+
+// VersionText is RawVersion without references.
+func (r *Registry) VersionText(ctx context.Context, subject string, v int) (RawSchema, error) {
+	ss, err := r.RawVersion(ctx, subject, v)
+	if err != nil {
+		return RawSchema{}, err
+	}
+	rs, err := rawSchema(fmt.Sprintf("subject %s version %s", subject, versionName(ss.Version)), ss.Schema)
+	rs.Subject, rs.Version, rs.ID = subject, ss.Version, ss.ID
+	return rs, err
+}
+
+// recordSchemaErr is what a format makes of err, the registry's answer
+// for the writer schema id of a record: a definite error of the record
+// (an unknown id, a schema rtrctl refused), or a *TransientError when the
+// registry is not the record's fault (away, credentials, TLS).
+func recordSchemaErr(format string, reg *Registry, id uint32, err error) error {
+	re, ok := errors.AsType[*RegistryError](err)
+	switch {
+	case ok && re.Code == 40403:
+		return fmt.Errorf("unknown schema id %d (the registry %s does not have it)", id, reg.URL())
+	case ok && re.Code == 0:
+		return fmt.Errorf("schema id %d: %w", id, err)
+	}
+	return &TransientError{Err: fmt.Errorf("%s format: %w", format, err)}
+}
+
+// RawSchema returns the schema with id as the registry holds it, of any
+// type: its text, schemaType and references (formats other than Avro
+// parse it themselves).
+func (r *Registry) RawSchema(ctx context.Context, id int) (sr.Schema, error) {
+	r.mu.Lock()
+	s, ok := r.raw[id]
+	r.mu.Unlock()
+	if ok {
+		return s, nil
+	}
+	err := r.do(ctx, fmt.Sprintf("schema id %d", id), func(ctx context.Context) (err error) {
+		s, err = r.cl.SchemaByID(ctx, id)
+		return err
+	})
+	if err != nil {
+		return sr.Schema{}, err
+	}
+	r.mu.Lock()
+	if r.raw == nil {
+		r.raw = map[int]sr.Schema{}
+	}
+	r.raw[id] = s
+	r.mu.Unlock()
+	return s, nil
+}
+
+// RawVersion returns version v of subject (v <= 0: the latest) as the
+// registry holds it, of any type (a reference names its schema so).
+func (r *Registry) RawVersion(ctx context.Context, subject string, v int) (sr.SubjectSchema, error) {
+	if v <= 0 {
+		v = -1
+	}
+	var ss sr.SubjectSchema
+	err := r.do(ctx, fmt.Sprintf("subject %s version %s", subject, versionName(v)), func(ctx context.Context) (err error) {
+		ss, err = r.cl.SchemaByVersion(ctx, subject, v)
+		return err
+	})
+	return ss, err
 }

@@ -2,6 +2,7 @@ package kafkafmt
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -40,8 +41,8 @@ import (
 //
 // A value format gives the envelope its rows through ChangeFormat;
 // Debezium JSON (JsonConverter, schemas.enable=true) implements it
-// (debezium_json.go), and an Avro format with a schema registry implements
-// it the same way.
+// (debezium_json.go), and so does Avro with a schema registry
+// (AvroConverter, debezium_avro.go).
 
 // ChangeFormat is what the debezium envelope needs of a key and value
 // format: a record's key as its fields, and a record's value as its op and
@@ -407,13 +408,113 @@ type debeziumDecoder struct {
 	// upsert decoder may apply them late).
 	hold  []byte
 	spans []int // leaf boundaries of the row being added
+	// next is the columns a switch goes to (Evolve): the table's with
+	// columns added.
+	next *RowSchema
+}
+
+// compatible says why the collection cannot take the columns s of a
+// record ("" when it can): each of its columns must be one of s, of the
+// same type; the columns s adds are null in the rows before it (every
+// column is nullable).
+func (d *debeziumDecoder) compatible(s *RowSchema) string {
+	for _, f := range d.cols.Fields {
+		i := slices.IndexFunc(s.Fields, func(g arrow.Field) bool { return g.Name == f.Name })
+		switch {
+		case i < 0:
+			return "column " + f.Name + " is gone"
+		case !arrow.TypeEqual(s.Fields[i].Type, f.Type):
+			return fmt.Sprintf("column %s is %s, was %s", f.Name, s.Fields[i].Type, f.Type)
+		}
+	}
+	for _, f := range s.Fields {
+		switch f.Name {
+		case pipe.ColTime, pipe.ColDiff, pipe.ColPartition:
+			return "column " + f.Name + " is a name rtrctl reserves"
+		}
+		if _, err := rowValue(f.Type, []byte{0}, 0, nil); err != nil {
+			return fmt.Sprintf("column %s: %v", f.Name, err)
+		}
+	}
+	return ""
+}
+
+// Target implements Evolver: user is the collection's new columns.
+func (d *debeziumDecoder) Target(_ context.Context, user *arrow.Schema, _ int) error {
+	s := &RowSchema{Fields: slices.Clone(user.Fields())}
+	for i := range s.Fields {
+		s.Fields[i].Nullable, s.Fields[i].Metadata = true, arrow.Metadata{}
+	}
+	if s.Equal(d.cols) {
+		return nil
+	}
+	if why := d.compatible(s); why != "" {
+		return fmt.Errorf("debezium envelope: switch to columns (%s): %s", s, why)
+	}
+	d.next = s
+	return nil
+}
+
+// Evolve implements Evolver: the state's rows are re-encoded in the new
+// columns (null in the added ones) and emitted.
+func (d *debeziumDecoder) Evolve(part int32, off int64, reset func(*arrow.Schema) error, emit func(arrow.Record) error) error {
+	next := d.next
+	if next == nil {
+		return errors.New("debezium envelope: no columns to switch to")
+	}
+	if d.rows > 0 || len(d.touched) > 0 || len(d.queue) > 0 {
+		return errors.New("debezium envelope: switch columns: rows not flushed")
+	}
+	from := make([]int, len(next.Fields)) // column of d.cols, or -1
+	for j, f := range next.Fields {
+		from[j] = slices.IndexFunc(d.cols.Fields, func(g arrow.Field) bool { return g.Name == f.Name })
+	}
+	var spans []int
+	var buf []byte
+	var err error
+	d.state.each(func(id uint32) {
+		if err != nil || !d.state.live(id) {
+			return
+		}
+		v := d.state.value(id)
+		if err = d.checkRow(d.cols, v, &spans); err != nil {
+			return
+		}
+		buf = buf[:0]
+		for _, i := range from {
+			if i < 0 {
+				buf = append(buf, 0) // null
+			} else {
+				buf = append(buf, v[spans[i]:spans[i+1]]...)
+			}
+		}
+		d.state.setValue(id, buf)
+	})
+	if err != nil {
+		return fmt.Errorf("debezium envelope: switch columns: %w", err)
+	}
+	d.cols, d.lastCols, d.next = next, nil, nil
+	d.keyIdx = d.keyIdx[:0]
+	for _, k := range d.keys.Fields {
+		d.keyIdx = append(d.keyIdx, slices.IndexFunc(next.Fields, func(g arrow.Field) bool { return g.Name == k.Name }))
+	}
+	rows := &debeziumRows{fields: next.Fields, keyIdx: d.keyIdx}
+	for _, f := range next.Fields {
+		rows.builders = append(rows.builders, array.NewBuilder(memory.DefaultAllocator, f.Type))
+	}
+	d.out = rows
+	d.retype(next.Fields)
+	if err := reset(arrow.NewSchema(slices.Clone(next.Fields), nil)); err != nil {
+		return err
+	}
+	return d.resnapshot(part, off, emit)
 }
 
 func newDebeziumDecoder(cfg Config) (Decoder, error) {
 	kf, ok1 := cfg.Key.(ChangeFormat)
 	vf, ok2 := cfg.Value.(ChangeFormat)
 	if !ok1 || !ok2 {
-		return nil, fmt.Errorf("new decoder: the debezium envelope reads keys and values of a Debezium format (json), not key format %s and value format %s", cfg.Key.Name(), cfg.Value.Name())
+		return nil, fmt.Errorf("new decoder: the debezium envelope reads keys and values of a format that reads Debezium change events (ChangeFormat), not key format %s and value format %s", cfg.Key.Name(), cfg.Value.Name())
 	}
 	if len(cfg.Columns) == 0 {
 		return nil, errors.New("new decoder: the debezium envelope needs the collection's columns (DebeziumColumns of a first record)")
@@ -458,6 +559,9 @@ func (d *debeziumDecoder) Add(r *kgo.Record) error {
 	}
 	d.ve.Reset()
 	ch, err := d.valF.DecodeChange(r.Value, &d.ve)
+	if _, ok := errors.AsType[*TransientError](err); ok {
+		return err // the registry is away: not the record's fault
+	}
 	if err != nil {
 		return d.decodeErr(r, "value (format %s): %v", d.valF.Name(), err)
 	}
@@ -469,9 +573,14 @@ func (d *debeziumDecoder) Add(r *kgo.Record) error {
 	}
 	if ch.Schema != nil && ch.Schema != d.lastCols {
 		if !ch.Schema.Equal(d.cols) {
-			return d.decodeErr(r, "the table's columns changed (an ALTER TABLE upstream?): the collection has columns (%s), this record (%s); "+
-				"the debezium envelope keeps the columns of a topic's first change event: have Debezium snapshot the table into a new topic "+
-				"(a connector with a new topic.prefix) and ingest that one", d.cols, ch.Schema)
+			if why := d.compatible(ch.Schema); why != "" {
+				return d.decodeErr(r, "the table's columns changed (an ALTER TABLE upstream?) in a way the collection cannot follow (%s): the collection has columns (%s), this record (%s); "+
+					"the debezium envelope takes columns added to a table: have Debezium snapshot the table into a new topic "+
+					"(a connector with a new topic.prefix) and ingest that one", why, d.cols, ch.Schema)
+			}
+			d.next = ch.Schema
+			msg := fmt.Sprintf("the table gained columns: the collection has (%s), this record (%s)", d.cols, ch.Schema)
+			return &SwitchError{What: msg, Msg: msg}
 		}
 		d.lastCols = ch.Schema
 	}
@@ -481,6 +590,9 @@ func (d *debeziumDecoder) Add(r *kgo.Record) error {
 	}
 	d.ke.Reset()
 	ks, err := d.keyF.DecodeKey(r.Key, &d.ke)
+	if _, ok := errors.AsType[*TransientError](err); ok {
+		return err
+	}
 	if err != nil {
 		return d.decodeErr(r, "key (format %s): %v", d.keyF.Name(), err)
 	}
@@ -577,7 +689,7 @@ func DebeziumColumns(key, value Format, r *kgo.Record) ([]arrow.Field, []string,
 	kf, ok1 := key.(ChangeFormat)
 	vf, ok2 := value.(ChangeFormat)
 	if !ok1 || !ok2 {
-		return nil, nil, fmt.Errorf("debezium columns: key format %s and value format %s are not Debezium formats (json)", key.Name(), value.Name())
+		return nil, nil, fmt.Errorf("debezium columns: key format %s and value format %s do not read Debezium change events (ChangeFormat)", key.Name(), value.Name())
 	}
 	if r.Value == nil || r.Key == nil {
 		return nil, nil, ErrNoColumns

@@ -140,14 +140,23 @@ func compileRow(cs *connectSchema, what string) *jsonCompiled {
 	if len(fields) == 0 {
 		return &jsonCompiled{err: fmt.Errorf("schema of %s: no fields", what)}
 	}
+	if err := distinctColumns(fields); err != nil {
+		return &jsonCompiled{err: fmt.Errorf("schema of %s: %w", what, err)}
+	}
+	return &jsonCompiled{row: &RowSchema{Fields: fields}, after: n}
+}
+
+// distinctColumns refuses two columns of one name (a struct field
+// flattened to the name of another column).
+func distinctColumns(fields []arrow.Field) error {
 	for i := range fields {
 		for j := range i {
 			if fields[i].Name == fields[j].Name {
-				return &jsonCompiled{err: fmt.Errorf("schema of %s: two columns named %q (flattened)", what, fields[i].Name)}
+				return fmt.Errorf("two columns named %q (flattened)", fields[i].Name)
 			}
 		}
 	}
-	return &jsonCompiled{row: &RowSchema{Fields: fields}, after: n}
+	return nil
 }
 
 func compileStruct(cs *connectSchema, prefix string, out *[]arrow.Field) (*jsonNode, error) {
@@ -387,15 +396,20 @@ func decodeConnect(kind int, data []byte, compile func(*connectSchema) *jsonComp
 // DecodeKey implements ChangeFormat for Debezium JSON keys.
 func (jsonFormat) DecodeKey(data []byte, e *RowEncoder) (*RowSchema, error) {
 	var row *RowSchema
-	err := decodeConnect(0, data, compileKey, func(payload []byte, k *jsonCompiled) error {
-		e.Reset()
-		if isNull(payload) {
-			return errors.New("the key's payload is null")
-		}
-		row = k.row
-		return k.after.encode(payload, e)
+	err := decodeConnect(0, data, compileKey, func(payload []byte, k *jsonCompiled) (err error) {
+		row, err = decodeKeyPayload(payload, k, e)
+		return err
 	})
 	return row, err
+}
+
+// decodeKeyPayload writes the columns of payload, a key of k's schema.
+func decodeKeyPayload(payload []byte, k *jsonCompiled, e *RowEncoder) (*RowSchema, error) {
+	e.Reset()
+	if isNull(payload) {
+		return nil, errors.New("the key's payload is null")
+	}
+	return k.row, k.after.encode(payload, e)
 }
 
 // debeziumPayload is the part of a change event's payload the envelope
@@ -408,28 +422,35 @@ type debeziumPayload struct {
 // DecodeChange implements ChangeFormat for Debezium JSON values.
 func (jsonFormat) DecodeChange(data []byte, e *RowEncoder) (Change, error) {
 	var ch Change
-	err := decodeConnect(1, data, compileEnvelope, func(payload []byte, s *jsonCompiled) error {
-		e.Reset()
-		var p debeziumPayload
-		if err := json.Unmarshal(payload, &p); err != nil {
-			return fmt.Errorf("payload: %w", err)
-		}
-		if len(p.Op) != 1 {
-			return fmt.Errorf("payload: op %q is not a Debezium op (c, r, u, d, t)", p.Op)
-		}
-		ch = Change{Op: p.Op[0], Schema: s.row}
-		if !isNull(p.After) {
-			if s.after == nil {
-				return errors.New("payload: an after row, but the schema has no after field")
-			}
-			if err := s.after.encode(p.After, e); err != nil {
-				return fmt.Errorf("after: %w", err)
-			}
-			ch.After = true
-		}
-		return nil
+	err := decodeConnect(1, data, compileEnvelope, func(payload []byte, s *jsonCompiled) (err error) {
+		ch, err = decodeChangePayload(payload, s, e)
+		return err
 	})
 	return ch, err
+}
+
+// decodeChangePayload decodes payload, a change event of s's schema:
+// its op, and its after row into e.
+func decodeChangePayload(payload []byte, s *jsonCompiled, e *RowEncoder) (Change, error) {
+	e.Reset()
+	var p debeziumPayload
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return Change{}, fmt.Errorf("payload: %w", err)
+	}
+	if len(p.Op) != 1 {
+		return Change{}, fmt.Errorf("payload: op %q is not a Debezium op (c, r, u, d, t)", p.Op)
+	}
+	ch := Change{Op: p.Op[0], Schema: s.row}
+	if !isNull(p.After) {
+		if s.after == nil {
+			return Change{}, errors.New("payload: an after row, but the schema has no after field")
+		}
+		if err := s.after.encode(p.After, e); err != nil {
+			return Change{}, fmt.Errorf("after: %w", err)
+		}
+		ch.After = true
+	}
+	return ch, nil
 }
 
 // encode writes the columns of raw, a JSON value of n's schema.
@@ -566,12 +587,12 @@ func (n *jsonNode) encodeValue(raw json.RawMessage, e *RowEncoder) error {
 		default:
 			return fmt.Errorf("want true or false, got %.40s", text)
 		}
-	case leafString:
+	case leafString, leafUUID, leafZoned:
 		s, err := jsonString(raw)
 		if err != nil {
 			return err
 		}
-		e.Binary(s)
+		return encodeText(n.leaf, s, e)
 	case leafBytes:
 		b, err := jsonBase64(raw)
 		if err != nil {
@@ -596,22 +617,22 @@ func (n *jsonNode) encodeValue(raw json.RawMessage, e *RowEncoder) error {
 		if err != nil {
 			return err
 		}
-		e.Binary([]byte(decimalText(twosComplement(b), *vs.Scale)))
+		return encodeVarScale(b, int64(*vs.Scale), e)
+	}
+	return nil
+}
+
+// encodeText writes s, the text of a string leaf: utf8, a Uuid (16
+// bytes) or a ZonedTimestamp (µs since the epoch).
+func encodeText(leaf leafKind, s []byte, e *RowEncoder) error {
+	switch leaf {
 	case leafUUID:
-		s, err := jsonString(raw)
-		if err != nil {
-			return err
-		}
 		u, err := uuid.ParseBytes(s)
 		if err != nil {
 			return fmt.Errorf("want a UUID: %w", err)
 		}
 		e.Binary(u[:])
 	case leafZoned:
-		s, err := jsonString(raw)
-		if err != nil {
-			return err
-		}
 		t, err := time.Parse(time.RFC3339Nano, string(s))
 		if err != nil {
 			return fmt.Errorf("want an ISO-8601 timestamp with offset: %w", err)
@@ -620,6 +641,8 @@ func (n *jsonNode) encodeValue(raw json.RawMessage, e *RowEncoder) error {
 			return fmt.Errorf("timestamp %s is finer than microseconds", s)
 		}
 		e.Int(t.UnixMicro())
+	default:
+		e.Binary(s)
 	}
 	return nil
 }
@@ -634,19 +657,40 @@ func (n *jsonNode) decimal(raw json.RawMessage) (decimal128.Num, error) {
 		if err != nil {
 			return decimal128.Num{}, err
 		}
-		v := twosComplement(b)
-		if v.BitLen() > 127 {
-			return decimal128.Num{}, fmt.Errorf("decimal does not fit decimal128")
-		}
-		num := decimal128.FromBigInt(v)
-		if !num.FitsInPrecision(dt.Precision) {
-			return decimal128.Num{}, fmt.Errorf("decimal %s does not fit precision %d", decimalText(v, dt.Scale), dt.Precision)
-		}
-		return num, nil
+		return connectDecimal(b, dt)
 	}
 	num, err := decimal128.FromString(string(raw), dt.Precision, dt.Scale)
 	if err != nil {
 		return decimal128.Num{}, fmt.Errorf("want a decimal: %w", err)
+	}
+	return num, nil
+}
+
+// maxVarScale bounds a VariableScaleDecimal's scale: PostgreSQL's
+// numeric has at most 16383 digits after the point, and the text of a
+// larger one would be as long as the scale says.
+const maxVarScale = 16383
+
+// encodeVarScale writes a VariableScaleDecimal (its unscaled value's
+// two's complement and its scale) as its decimal text.
+func encodeVarScale(unscaled []byte, scale int64, e *RowEncoder) error {
+	if scale < -maxVarScale || scale > maxVarScale {
+		return fmt.Errorf("VariableScaleDecimal scale %d is beyond ±%d", scale, maxVarScale)
+	}
+	e.Binary([]byte(decimalText(twosComplement(unscaled), int32(scale))))
+	return nil
+}
+
+// connectDecimal is b, the unscaled value's two's complement (big
+// endian), as a value of dt.
+func connectDecimal(b []byte, dt *arrow.Decimal128Type) (decimal128.Num, error) {
+	v := twosComplement(b)
+	if v.BitLen() > 127 {
+		return decimal128.Num{}, fmt.Errorf("decimal does not fit decimal128")
+	}
+	num := decimal128.FromBigInt(v)
+	if !num.FitsInPrecision(dt.Precision) {
+		return decimal128.Num{}, fmt.Errorf("decimal %s does not fit precision %d", decimalText(v, dt.Scale), dt.Precision)
 	}
 	return num, nil
 }

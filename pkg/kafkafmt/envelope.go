@@ -2,6 +2,7 @@ package kafkafmt
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strconv"
 	"unicode/utf8"
@@ -238,6 +239,9 @@ func (d *base) check(r *kgo.Record) error {
 	}
 	if r.Value != nil {
 		if err := d.cfg.Value.Check(r.Value); err != nil {
+			if sw, ok := errors.AsType[*SwitchError](err); ok {
+				return sw // the envelope switches (Evolver) or refuses it (Refuse)
+			}
 			return d.decodeErr(r, "value (format %s): %v", d.cfg.Value.Name(), err)
 		}
 	}
@@ -251,6 +255,9 @@ type noneDecoder struct {
 	off    fixed[int64]
 	ts     fixed[int64]
 	hk, hv *listColumn
+	// history is the collection's rows before a switch of columns
+	// (Historied).
+	history History
 }
 
 var timestampMillis = &arrow.TimestampType{Unit: arrow.Millisecond, TimeZone: "UTC"}

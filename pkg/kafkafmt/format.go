@@ -10,7 +10,13 @@
 //     JSON value;
 //   - avro (NewAvro): Confluent-framed Avro read through a schema registry
 //     with one reader schema, into the Arrow type of that schema (a
-//     record is a struct).
+//     record is a struct);
+//   - json-schema (NewJSONSchema): Confluent-framed JSON validated against
+//     its JSON Schema from a schema registry, into the Arrow type of the
+//     reader schema (an object with properties is a struct).
+//   - protobuf (NewProtobuf): Confluent-framed Protobuf read through a
+//     schema registry (schemas with references) with one reader message,
+//     into a struct of its fields.
 //
 // A null key or value (Kafka's null, not an empty byte string) is a null in
 // every format. Bytes a format refuses are a *DecodeError; rtrctl records it
@@ -65,11 +71,12 @@ type Format interface {
 }
 
 // Formats lists the format names: ParseFormat makes the first three,
-// NewAvro (which needs a schema registry) avro.
-var Formats = []string{"bytes", "text", "json", "avro"}
+// NewAvro, NewJSONSchema and NewProtobuf (which need a schema registry)
+// avro, json-schema and protobuf.
+var Formats = []string{"bytes", "text", "json", "avro", "json-schema", "protobuf"}
 
 // ErrNeedsRegistry is ParseFormat's error for a format that is made with
-// a schema registry (NewAvro).
+// a schema registry (NewAvro, NewJSONSchema, NewProtobuf).
 var ErrNeedsRegistry = errors.New("the format reads schemas from a schema registry")
 
 // ParseFormat returns the format called name.
@@ -81,10 +88,10 @@ func ParseFormat(name string) (Format, error) {
 		return textFormat{}, nil
 	case "json":
 		return jsonFormat{}, nil
-	case "avro":
-		return nil, fmt.Errorf("parse format: avro: %w (pass --schema-registry URL)", ErrNeedsRegistry)
+	case "avro", "json-schema", "protobuf":
+		return nil, fmt.Errorf("parse format: %s: %w (pass --schema-registry URL)", name, ErrNeedsRegistry)
 	}
-	return nil, fmt.Errorf("parse format: unknown format %q (want bytes, text, json or avro)", name)
+	return nil, fmt.Errorf("parse format: unknown format %q (want bytes, text, json, avro, json-schema or protobuf)", name)
 }
 
 type bytesFormat struct{}

@@ -50,8 +50,10 @@ type policyDecoder struct {
 // As.
 func withPolicy(dec Decoder, cfg Config) Decoder {
 	p := &policyDecoder{Decoder: dec, cfg: cfg}
-	p.kn, _ = cfg.Key.(Normalizer)
-	p.vn, _ = cfg.Value.(Normalizer)
+	if cfg.Envelope != "debezium" { // which reads each record with its writer schema (ChangeFormat)
+		p.kn, _ = cfg.Key.(Normalizer)
+		p.vn, _ = cfg.Value.(Normalizer)
+	}
 	if p.kn == nil && p.vn == nil && cfg.OnDecodeError == PolicyFail && cfg.DecodeErrors == nil {
 		return dec
 	}
@@ -117,6 +119,9 @@ func (d *policyDecoder) Add(r *kgo.Record) error {
 	if de, ok := errors.AsType[*DecodeError](err); ok {
 		return d.apply(de)
 	}
+	if _, ok := errors.AsType[*SwitchError](err); ok {
+		return d.failed(r, "value", d.cfg.Value, err)
+	}
 	return err
 }
 
@@ -124,6 +129,11 @@ func (d *policyDecoder) Add(r *kgo.Record) error {
 func (d *policyDecoder) failed(r *kgo.Record, what string, f Format, err error) error {
 	if _, ok := errors.AsType[*TransientError](err); ok {
 		return err // the registry is away: not the record's fault
+	}
+	if _, ok := errors.AsType[*SwitchError](err); ok {
+		if _, ok := As[Evolver](d.Decoder); ok {
+			return err // the envelope switches its reader
+		}
 	}
 	return d.apply(&DecodeError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
 		Msg: fmt.Sprintf("%s (format %s): %v", what, f.Name(), err)})

@@ -127,8 +127,12 @@ func (d *upsertDecoder) evict() {
 			used -= st.recSize(st.ids[id])
 		}
 	})
-	for _, id := range drop {
-		st.remove(id)
+	if len(drop) > st.len()/8 {
+		st.removeMany(drop)
+	} else {
+		for _, id := range drop {
+			st.remove(id)
+		}
 	}
 	if st.tableBytes() > d.budget {
 		// All that is clean is gone: wait for the next fold.

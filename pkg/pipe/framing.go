@@ -46,6 +46,8 @@ type frame struct {
 	typ    byte   // msgSchema, msgRecordBatch, ...
 	meta   []byte // flatbuffer Message
 	body   []byte
+	crc    string // a record batch's rtr.crc32c, when hasCRC
+	hasCRC bool
 }
 
 // framer reads encapsulated IPC messages from r, never more bytes than the
@@ -151,6 +153,9 @@ func (f *framer) next(atBoundary bool) (frame, error) {
 	case msgRecordBatch:
 		if err := checkRecordBatchFB(hdr, bodyLen); err != nil {
 			return frame{}, &frameError{offset: start, msg: "record batch message", err: err}
+		}
+		if fr.crc, fr.hasCRC, err = messageCRC(msg); err != nil {
+			return frame{}, &frameError{offset: start, msg: "garbage: record batch custom metadata", err: err}
 		}
 	case msgDictionaryBatch:
 		return frame{}, &frameError{offset: start, msg: fmt.Sprintf("dictionary batches are not allowed in pipe version %s: write plain (non-dictionary) columns", Version)}

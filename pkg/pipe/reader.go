@@ -51,6 +51,9 @@ type Stream struct {
 	mr    *msgReader
 	batch int  // batches returned so far
 	done  bool // end-of-stream marker seen
+	// checksummed: the schema declares rtr.checksum = crc32c, so every
+	// batch must carry a matching rtr.crc32c.
+	checksummed bool
 }
 
 // Next returns the next stream, or io.EOF when the input ends cleanly (at
@@ -92,6 +95,14 @@ func (r *Reader) Next() (*Stream, error) {
 	if err != nil {
 		s.release()
 		return nil, r.fail(s.Index, -1, "", "invalid schema metadata", err)
+	}
+	switch v, ok := s.Schema.Metadata().GetValue(MetaChecksum); {
+	case !ok:
+	case v == ChecksumCRC32C:
+		s.checksummed = true
+	default:
+		s.release()
+		return nil, r.fail(s.Index, -1, "", "invalid schema metadata", fmt.Errorf("%s %q is not %s", MetaChecksum, v, ChecksumCRC32C))
 	}
 	if col, err := checkSchema(s.Header, s.Schema); err != nil {
 		s.release()
@@ -239,6 +250,11 @@ func (m *msgReader) frame() (frame, error) {
 	}
 	if !f.eos && f.typ != msgRecordBatch {
 		return frame{}, &frameError{offset: f.offset, msg: "a stream may hold only one schema message: a schema message came where a record batch or end-of-stream marker belongs (is an end-of-stream marker missing between two streams?)"}
+	}
+	if !f.eos {
+		if err := verifyCRC(f, m.s.checksummed); err != nil {
+			return frame{}, &frameError{offset: f.offset, msg: "record batch", err: err}
+		}
 	}
 	return f, nil
 }

@@ -25,6 +25,7 @@ type Writer struct {
 	out     *bufio.Writer
 	mem     memory.Allocator
 	cur     *ipc.Writer
+	sum     checksummer // between cur and out: adds each batch's checksum
 	header  Header
 	schema  *arrow.Schema
 	streams int // streams begun so far
@@ -87,9 +88,10 @@ func (w *Writer) WriteRecord(h Header, rec arrow.Record) error {
 // begin starts a stream of header h with the columns of s.
 func (w *Writer) begin(h Header, s *arrow.Schema) error {
 	md := mergeMetadata(s.Metadata(), h.Metadata())
+	md = arrow.NewMetadata(append(md.Keys(), MetaChecksum), append(md.Values(), ChecksumCRC32C))
 	w.schema = arrow.NewSchema(s.Fields(), &md)
 	w.header = h
-	w.cur = ipc.NewWriter(w.out, ipc.WithSchema(w.schema), ipc.WithAllocator(w.mem))
+	w.cur = ipc.NewWriter(&w.sum, ipc.WithSchema(w.schema), ipc.WithAllocator(w.mem))
 	w.streams++
 	w.batch = 0
 	return nil
@@ -102,6 +104,10 @@ func (w *Writer) writeBatch(rec arrow.Record) error {
 		return w.err
 	}
 	w.batch++
+	if err := w.sum.flush(w.out); err != nil {
+		w.err = fmt.Errorf("write record batch: %w", err)
+		return w.err
+	}
 	if err := w.out.Flush(); err != nil {
 		w.err = fmt.Errorf("write record batch: %w", err)
 		return w.err
@@ -260,6 +266,9 @@ func (w *Writer) endStream() error {
 	}
 	err := w.cur.Close()
 	w.cur, w.schema, w.header = nil, nil, Header{}
+	if err == nil {
+		err = w.sum.flush(w.out)
+	}
 	if err != nil {
 		w.err = fmt.Errorf("end stream: %w", err)
 		return w.err

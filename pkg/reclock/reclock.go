@@ -614,22 +614,23 @@ func outSchema(s *arrow.Schema) *arrow.Schema {
 
 // DataStaged takes source-time updates of one collection that are staged
 // already (a resumable snapshot's copy: records in schema in, with the
-// user columns, _time and _diff): like Data's, they go out at the first
-// binding beyond their times, read from the stage's files then. The
-// Reclocker owns stage from then on. Unpartitioned domains only.
-func (r *Reclocker) DataStaged(ctx context.Context, collection string, in *arrow.Schema, stage *store.Stage) error {
-	if r.domain.Partitioned() {
+// user columns, _time and _diff), all of partition part in a partitioned
+// domain (MySQL's time-0 partition; "" otherwise): like Data's, they go
+// out at the first binding beyond their times, read from the stage's
+// files then. The Reclocker owns stage from then on.
+func (r *Reclocker) DataStaged(ctx context.Context, collection string, in *arrow.Schema, stage *store.Stage, part string) error {
+	if r.domain.Partitioned() != (part != "") {
 		stage.Release()
-		return fmt.Errorf("reclock %s: staged updates of %s in partitioned domain %s", r.source, collection, r.domain)
+		return fmt.Errorf("reclock %s: staged updates of %s in partition %q of domain %s", r.source, collection, part, r.domain)
 	}
 	lo, _, ok := stage.TimeRange()
 	if !ok {
 		stage.Release()
 		return nil
 	}
-	h := held{collection: collection, schema: outSchema(in), stage: stage}
+	h := held{collection: collection, schema: outSchema(in), stage: stage, part: part}
 	// A replay: the rows durable bindings bind go out now.
-	for k := r.firstBeyond(frontier.Time{Pos: lo}); k >= 0 && k < len(r.bindings) && h.stage != nil; k++ {
+	for k := r.firstBeyond(frontier.Time{Partition: part, Pos: lo}); k >= 0 && k < len(r.bindings) && h.stage != nil; k++ {
 		rest, err := r.emitStaged(ctx, h, r.bindings[k].Frontier, r.bindings[k].Time)
 		if err != nil {
 			return err

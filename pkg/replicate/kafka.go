@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
+	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -36,6 +39,15 @@ type KafkaTopic struct {
 	// Decoder turns the topic's records into updates (kafkafmt). StreamKafka
 	// does not release it.
 	Decoder kafkafmt.Decoder
+	// Replay, when set, are the frontiers of the bindings an earlier run
+	// made beyond Start, in order: the records are read binding by binding
+	// (a partition that reached the frontier of the binding being replayed
+	// is paused until every partition has), so that each record is handed
+	// over after every record of the bindings before its own, whatever
+	// the fetches' interleaving. A decoder whose columns change at a
+	// record (kafkafmt.Evolver) needs it: the replay must meet the first
+	// record that changes them in the binding the first run did.
+	Replay []frontier.Frontier
 }
 
 // KafkaConfig configures StreamKafka.
@@ -76,6 +88,23 @@ type KafkaConfig struct {
 	OnStart func(topic string, partition int32, offset int64)
 	// ClientOpts are added to the consumer's franz-go options.
 	ClientOpts []kgo.Opt
+	// Durable waits until the store has every update of topic below f
+	// durable. An append-only decoder's switch of columns
+	// (kafkafmt.Historied) re-expresses the collection's rows, which it
+	// reads from the store: the stream waits for those before the
+	// switching record first. Without it such a switch fails.
+	Durable func(ctx context.Context, topic string, f frontier.Frontier) error
+}
+
+// SwitchSink is a sink that takes the contents of an append-only
+// topic's switch of columns (kafkafmt.Historied: every row the collection
+// had, which can be many) apart from its other data: SwitchData gets them
+// record by record (the callee's to stage, not to hold in memory until
+// their binding), SwitchDone once all are handed over, with the
+// partition of the switching record they are at.
+type SwitchSink interface {
+	SwitchData(collection string, rec arrow.Record) error
+	SwitchDone(collection, partition string) error
 }
 
 // kafkaTopicState is what StreamKafka tracks per topic.
@@ -88,9 +117,22 @@ type kafkaTopicState struct {
 	checked  map[int32]int64 // pos at the last check (tail-gap detection)
 	errored  bool
 	assigned map[int32]bool
+	// replay is what is left of Replay; paused are the partitions held
+	// at the replayed binding's frontier, with the offset to resume at.
+	replay []frontier.Frontier
+	paused map[int32]int64
+	// historied: the decoder's switch re-expresses the collection's rows
+	// from the store (kafkafmt.Historied). from is the frontier of the
+	// last binding replayed (Start before); kept are the records handed
+	// over in the binding being replayed, which a switch in it re-adds
+	// with the new reader (the reset at the binding supersedes them).
+	historied bool
+	from      frontier.Frontier
+	kept      []*kgo.Record
 }
 
 type kafkaStreamer struct {
+	ctx    context.Context
 	cfg    KafkaConfig
 	log    *slog.Logger
 	admCl  *kgo.Client
@@ -145,7 +187,7 @@ func StreamKafka(ctx context.Context, cfg KafkaConfig, sink pipe.Sink) error {
 	}
 	// Metadata no older than half a check: new partitions show up in time.
 	metaAge := kgo.MetadataMinAge(max(min(cfg.CheckInterval/2, 5*time.Second), 10*time.Millisecond))
-	s := &kafkaStreamer{cfg: cfg, log: cfg.Logger, sink: sink, topics: map[string]*kafkaTopicState{}, metaAge: metaAge}
+	s := &kafkaStreamer{ctx: ctx, cfg: cfg, log: cfg.Logger, sink: sink, topics: map[string]*kafkaTopicState{}, metaAge: metaAge}
 	for _, t := range cfg.Topics {
 		if t.Name == "" || t.Decoder == nil {
 			return fmt.Errorf("replicate kafka: topic %q needs a name and a decoder", t.Name)
@@ -159,7 +201,9 @@ func StreamKafka(ctx context.Context, cfg KafkaConfig, sink pipe.Sink) error {
 		if t.Start.Domain() != frontier.DomainKafka {
 			return fmt.Errorf("replicate kafka: start of topic %s is in domain %s, want kafka", t.Name, t.Start.Domain())
 		}
-		st := &kafkaTopicState{KafkaTopic: t, pos: map[int32]int64{}, checked: map[int32]int64{}, assigned: map[int32]bool{}, sent: t.Start}
+		st := &kafkaTopicState{KafkaTopic: t, pos: map[int32]int64{}, checked: map[int32]int64{}, assigned: map[int32]bool{}, sent: t.Start,
+			replay: t.Replay, paused: map[int32]int64{}, from: t.Start}
+		_, st.historied = kafkafmt.As[kafkafmt.Historied](t.Decoder)
 		for _, p := range t.Start.Partitions() {
 			n, err := parsePartition(p)
 			if err != nil {
@@ -366,9 +410,18 @@ func (s *kafkaStreamer) newAssignments(st *kafkaTopicState) map[int32]kgo.Offset
 
 // records decodes the records of one partition.
 func (s *kafkaStreamer) records(st *kafkaTopicState, p int32, recs []*kgo.Record) error {
+	defer s.replayed(st)
 	for _, r := range recs {
 		if r.Offset < st.pos[p] {
 			continue // already handed over
+		}
+		if len(st.replay) > 0 {
+			if lim := int64(st.replay[0].Get(fmt.Sprint(p))); r.Offset >= lim {
+				// p has no more records in the binding being replayed.
+				st.pos[p] = max(st.pos[p], lim)
+				s.hold(st, p, r.Offset)
+				return nil
+			}
 		}
 		st.pos[p] = r.Offset + 1
 		if r.Attrs.IsControl() || st.errored {
@@ -382,7 +435,20 @@ func (s *kafkaStreamer) records(st *kafkaTopicState, p int32, recs []*kgo.Record
 			return hint.Wrap(fmt.Errorf("replicate kafka: topic %s partition %d offset %d: record of %d bytes is larger than the limit of %d bytes", r.Topic, p, r.Offset, size, s.cfg.MaxRecordBytes),
 				fmt.Sprintf("raise --max-record-bytes (e.g. --max-record-bytes %d)", size))
 		}
-		if err := st.Decoder.Add(r); err != nil {
+		err := st.Decoder.Add(r)
+		if sw, ok := errors.AsType[*kafkafmt.SwitchError](err); ok {
+			if _, ok := kafkafmt.As[kafkafmt.Evolver](st.Decoder); !ok {
+				err = &kafkafmt.DecodeError{Topic: r.Topic, Partition: p, Offset: r.Offset, Msg: "value: " + sw.Error()}
+			} else if err = s.evolve(st, p, r.Offset, sw); err == nil {
+				err = st.Decoder.Add(r)
+			} else {
+				return err
+			}
+		}
+		if err == nil && st.historied && len(st.replay) > 0 {
+			st.kept = append(st.kept, r)
+		}
+		if err != nil {
 			var de *kafkafmt.DecodeError
 			if !errors.As(err, &de) {
 				return fmt.Errorf("replicate kafka: %w", err)
@@ -404,6 +470,125 @@ func (s *kafkaStreamer) records(st *kafkaTopicState, p int32, recs []*kgo.Record
 		}
 	}
 	return nil
+}
+
+// evolve switches st's decoder to the columns a record at (p, off) needs
+// (kafkafmt.Evolver): the rows before it and the progress below it
+// first, so that every one of them is bound no later than the reset at
+// the record (released at the first binding beyond it), then the reset
+// and the state in the new columns there.
+func (s *kafkaStreamer) evolve(st *kafkaTopicState, p int32, off int64, sw *kafkafmt.SwitchError) error {
+	ev, _ := kafkafmt.As[kafkafmt.Evolver](st.Decoder)
+	if err := s.flushData(st); err != nil {
+		return err
+	}
+	pos := maps.Clone(st.pos)
+	pos[p] = off
+	if f := frontier.KafkaOffsets(pos); !f.Equal(st.sent) {
+		if err := s.sink.Progress(st.Name, f); err != nil {
+			return err
+		}
+		st.sent = f
+	}
+	if st.historied {
+		// The collection's rows before the record, from the store: in a
+		// binding of its own (the stream holds, so the next binding is
+		// the progress just sent), or, replaying a binding an earlier run
+		// made, those of the bindings before it.
+		upto := st.sent
+		if len(st.replay) > 0 {
+			upto = st.from
+		}
+		if s.cfg.Durable == nil {
+			return fmt.Errorf("replicate kafka: topic %s partition %d offset %d: a switch of columns of an append-only topic needs the store's durable frontier", st.Name, p, off)
+		}
+		if err := s.cfg.Durable(s.ctx, st.Name, upto); err != nil {
+			return fmt.Errorf("replicate kafka: topic %s: wait for the rows before a switch of columns to be durable: %w", st.Name, err)
+		}
+	}
+	rows := 0
+	data := s.sink.Data
+	ss, staged := s.sink.(SwitchSink)
+	if staged = staged && st.historied; staged {
+		data = ss.SwitchData
+	}
+	err := ev.Evolve(p, off, func(schema *arrow.Schema) error {
+		s.log.Info("kafka: the collection's columns change at a record; its new generation starts there, every key re-expressed in them",
+			"topic", st.Name, "partition", p, "offset", off, "change", sw.What)
+		return s.sink.Reset(st.Name, frontier.Time{Partition: fmt.Sprint(p), Pos: uint64(off)}, schema)
+	}, func(rec arrow.Record) error {
+		defer rec.Release()
+		rows += int(rec.NumRows())
+		return data(st.Name, rec)
+	})
+	if err == nil && staged {
+		err = ss.SwitchDone(st.Name, fmt.Sprint(p))
+	}
+	if err != nil {
+		return fmt.Errorf("replicate kafka: topic %s partition %d offset %d: %w", st.Name, p, off, err)
+	}
+	s.log.Info("kafka: state re-expressed in the new columns", "topic", st.Name, "rows", rows)
+	// Records of the binding being replayed handed over before this one:
+	// superseded by the reset, read again with the new reader (they are
+	// no later versions: they did not switch).
+	kept := st.kept
+	st.kept = nil
+	for _, r := range kept {
+		if err := st.Decoder.Add(r); err != nil {
+			return fmt.Errorf("replicate kafka: topic %s partition %d offset %d: read again after a switch of columns: %w", st.Name, r.Partition, r.Offset, err)
+		}
+		st.kept = append(st.kept, r)
+	}
+	return nil
+}
+
+// hold pauses partition p of st at offset off until the binding being
+// replayed is complete (replayed).
+func (s *kafkaStreamer) hold(st *kafkaTopicState, p int32, off int64) {
+	if at, ok := st.paused[p]; ok && at <= off {
+		return
+	}
+	if _, ok := st.paused[p]; !ok {
+		s.cl.PauseFetchPartitions(map[string][]int32{st.Name: {p}})
+	}
+	st.paused[p] = off
+}
+
+// replayed moves on to the next binding to replay while every partition
+// has reached the frontier of the one being replayed, and resumes the
+// partitions held whose next record is in it (all of them once the
+// replay is over), at the record they were held at.
+func (s *kafkaStreamer) replayed(st *kafkaTopicState) {
+	for len(st.replay) > 0 {
+		lim := st.replay[0]
+		for p, off := range st.paused {
+			// No records between where p is and its next one.
+			st.pos[p] = max(st.pos[p], min(off, int64(lim.Get(fmt.Sprint(p)))))
+		}
+		done := true
+		for _, q := range lim.Partitions() {
+			n, err := parsePartition(q)
+			if err == nil && st.pos[n] < int64(lim.Get(q)) {
+				done = false
+			}
+		}
+		if !done {
+			break
+		}
+		st.replay, st.from, st.kept = st.replay[1:], lim, nil
+	}
+	resume := map[int32]kgo.EpochOffset{}
+	for p, off := range st.paused {
+		if len(st.replay) == 0 || off < int64(st.replay[0].Get(fmt.Sprint(p))) {
+			resume[p] = kgo.EpochOffset{Epoch: -1, Offset: off}
+			delete(st.paused, p)
+		}
+	}
+	if len(resume) > 0 {
+		ps := slices.Collect(maps.Keys(resume))
+		s.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{st.Name: resume})
+		s.cl.ResumeFetchPartitions(map[string][]int32{st.Name: ps})
+	}
 }
 
 func (s *kafkaStreamer) flushData(st *kafkaTopicState) error {
@@ -612,6 +797,7 @@ func (s *kafkaStreamer) check(ctx context.Context, first bool) error {
 			}
 		}
 		if moved {
+			s.replayed(st)
 			if err := s.flush(st); err != nil {
 				return definite(err)
 			}

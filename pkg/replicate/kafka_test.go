@@ -275,3 +275,62 @@ func TestStreamKafkaTailProbe(t *testing.T) {
 		t.Errorf("probe at the end: next %d, more %v, err %v; want 3, false", next, more, err)
 	}
 }
+
+// TestStreamKafkaReplayInBindingOrder: with Replay, every record is handed
+// over after every record of the replayed bindings before its own, in
+// whatever order the fetches bring the partitions; the partitions held at
+// a binding's frontier resume at the record they were held at.
+func TestStreamKafkaReplayInBindingOrder(t *testing.T) {
+	k := testenv.StartKafka(t)
+	cl, adm := kafkaClient(t, k.Brokers)
+	const topic = "replay"
+	if _, err := adm.CreateTopic(context.Background(), 3, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 90; i++ {
+		r := &kgo.Record{Topic: topic, Partition: int32(i % 3), Value: []byte(fmt.Sprint(i))}
+		if err := cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Bindings that move the partitions unevenly: one of them not at all.
+	bindings := []map[int32]int64{{0: 5, 1: 1, 2: 0}, {0: 6, 1: 20, 2: 3}, {0: 29, 1: 20, 2: 10}, {0: 30, 1: 30, 2: 30}}
+	var replay []frontier.Frontier
+	for _, b := range bindings {
+		replay = append(replay, frontier.KafkaOffsets(b))
+	}
+	sink := &kafkaCollect{stopAt: frontier.KafkaOffsets(map[int32]int64{0: 30, 1: 30, 2: 30})}
+	streamAsync(t, KafkaConfig{Upstream: upstream.ParseKafka(strings.Join(k.Brokers, ",")), CheckInterval: 200 * time.Millisecond,
+		Topics: []KafkaTopic{{Name: topic, Decoder: textDecoder(t, topic), Replay: replay}}}, sink)
+	waitProgress(t, sink, topic, sink.stopAt)
+	binding := func(p int32, off int64) int {
+		for k, b := range bindings {
+			if off < b[p] {
+				return k
+			}
+		}
+		return len(bindings)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	last, seen := -1, map[string]bool{}
+	for _, row := range sink.rows {
+		var p int32
+		var off int64
+		if _, err := fmt.Sscanf(row, topic+"/%d:%d", &p, &off); err != nil {
+			t.Fatal(err)
+		}
+		b := binding(p, off)
+		if b < last {
+			t.Fatalf("record %d:%d (binding %d) handed over after one of binding %d:\n%s", p, off, b, last, strings.Join(sink.rows, "\n"))
+		}
+		last = b
+		if seen[row] {
+			t.Fatalf("%s handed over twice", row)
+		}
+		seen[row] = true
+	}
+	if len(sink.rows) != 90 {
+		t.Fatalf("%d rows, want 90", len(sink.rows))
+	}
+}

@@ -35,7 +35,10 @@ import (
 //
 // A state is rebuilt from a store (ResetState, AddState, EndState:
 // store.Shard.ScanAsOf's callbacks) before the stream resumes from the
-// time it was read at. It is not safe for concurrent use.
+// time it was read at, or backed by a key state on disk (SetBacking:
+// pkg/keystate, kept by rtrctl ingest), in which case the map is an
+// overlay of bounded size over it (keybacked.go). It is not safe for
+// concurrent use.
 type KeyState struct {
 	codec rowCodec
 	pg    *pgarrow.RowCodec // a PostgreSQL table's (codec), else nil
@@ -47,7 +50,9 @@ type KeyState struct {
 	// rows maps a key's encoding to its row's; each entry's key and value
 	// share one allocation (see put).
 	rows map[string]string
-	data int // len(key) + len(row) over rows
+	data int // len(key) + len(row) over rows, and len(key) over dead
+
+	back backed // the state on disk the map is an overlay of (keybacked.go)
 
 	loading map[string][]loadRow // keys seen other than as one insertion, while rebuilding
 	cols    [][]byte             // scratch: one row's columns
@@ -117,7 +122,12 @@ func newKeyState(c rowCodec, name string, names, key []string, set func(*KeyStat
 }
 
 // Len is the number of keys.
-func (s *KeyState) Len() int { return len(s.rows) }
+func (s *KeyState) Len() int {
+	if s.back.b != nil {
+		return s.back.keys
+	}
+	return len(s.rows)
+}
 
 // keyEntryOverhead estimates what a key costs beyond its encoded key and
 // row: the map's slot (two string headers), its control byte and load
@@ -126,7 +136,7 @@ func (s *KeyState) Len() int { return len(s.rows) }
 const keyEntryOverhead = 56
 
 // Bytes estimates the memory the state holds.
-func (s *KeyState) Bytes() int { return s.data + keyEntryOverhead*len(s.rows) }
+func (s *KeyState) Bytes() int { return s.data + keyEntryOverhead*(len(s.rows)+len(s.back.dead)) }
 
 // Table is the PostgreSQL table whose rows the state holds (nil for a
 // MySQL one).
@@ -144,6 +154,20 @@ func (s *KeyState) MySQLTable() *myarrow.Table {
 		return nil
 	}
 	return s.my.Table()
+}
+
+// Ident describes what the state's encoding depends on: the source
+// kind, the columns and their types, and the key columns.
+func (s *KeyState) Ident() string {
+	var fields []arrow.Field
+	kind := "mysql"
+	switch {
+	case s.pg != nil:
+		kind, fields = "pg", s.pg.Table().Fields()
+	case s.my != nil:
+		fields = s.my.Table().Fields()
+	}
+	return fmt.Sprintf("%s rows keyed by (%s): %s", kind, s.keyNames(), arrow.NewSchema(fields, nil))
 }
 
 // Collection is the collection whose rows the state holds.
@@ -189,13 +213,19 @@ func (s *KeyState) keyOf(row []byte) ([]byte, error) {
 }
 
 // get returns key's row.
-func (s *KeyState) get(key []byte) (string, bool) {
+func (s *KeyState) get(key []byte) (string, bool, error) {
 	r, ok := s.rows[string(key)]
-	return r, ok
+	if ok || !s.back.on() {
+		return r, ok, nil
+	}
+	if _, dead := s.back.dead[string(key)]; dead {
+		return "", false, nil
+	}
+	return s.lookup(key)
 }
 
 // put makes row key's row and returns the one it replaces.
-func (s *KeyState) put(key, row []byte) (string, bool) {
+func (s *KeyState) put(key, row []byte) prior {
 	// One allocation holds both; neither is modified after.
 	b := make([]byte, len(key)+len(row))
 	copy(b, key)
@@ -205,7 +235,10 @@ func (s *KeyState) put(key, row []byte) (string, bool) {
 	if len(row) == 0 {
 		v = ""
 	}
-	return s.putString(k, v)
+	p := s.entry(k)
+	s.undead(k)
+	s.putString(k, v)
+	return p
 }
 
 func (s *KeyState) putString(k, v string) (string, bool) {
@@ -218,25 +251,53 @@ func (s *KeyState) putString(k, v string) (string, bool) {
 	return old, had
 }
 
-// del removes key and returns its row.
-func (s *KeyState) del(key []byte) (string, bool) {
-	old, had := s.rows[string(key)]
-	if had {
-		delete(s.rows, string(key))
-		s.data -= len(key) + len(old)
-	}
-	return old, had
+// prior is what the map held of a key before a change: its row (had),
+// or that it is deleted over the state on disk (dead), or neither.
+type prior struct {
+	row       string
+	had, dead bool
 }
 
-// restore puts back what an undone change replaced.
-func (s *KeyState) restore(key, row string, had bool) {
-	if had {
-		s.putString(key, row)
-		return
+// entry is what the map holds of k.
+func (s *KeyState) entry(k string) prior {
+	if row, had := s.rows[k]; had {
+		return prior{row: row, had: true}
 	}
+	_, dead := s.back.dead[k]
+	return prior{dead: dead}
+}
+
+// del removes key and returns what the map held of it.
+func (s *KeyState) del(key []byte) prior {
+	p := s.entry(string(key))
+	if p.had {
+		delete(s.rows, string(key))
+		s.data -= len(key) + len(p.row)
+	}
+	if s.back.on() && !p.dead {
+		// Deleted over the state on disk, which may hold it.
+		s.setDead(string(key))
+	}
+	return p
+}
+
+// restore puts back what the map held of key before an undone change.
+func (s *KeyState) restore(key string, p prior) {
 	if old, ok := s.rows[key]; ok {
 		delete(s.rows, key)
 		s.data -= len(key) + len(old)
+	}
+	s.undead(key)
+	switch {
+	case p.had:
+		s.putString(key, p.row)
+	case p.dead:
+		s.setDead(key)
+	case s.back.full:
+		// Every row is in the map, and this one was on disk only.
+		if row, ok, err := s.back.b.Lookup(s.back.epoch, []byte(key), nil); err == nil && ok {
+			s.putString(key, string(row))
+		}
 	}
 }
 
@@ -248,6 +309,9 @@ var errDuplicateKey = errors.New("two rows have the same key")
 func (s *KeyState) setKey(key []int) error {
 	if slices.Equal(key, s.key) {
 		return nil
+	}
+	if err := s.loadAll(); err != nil {
+		return err
 	}
 	old := s.key
 	s.key = key
@@ -273,8 +337,9 @@ func (s *KeyState) setKey(key []int) error {
 	return nil
 }
 
-// ResetState starts a rebuild: the state is empty.
+// ResetState starts a rebuild: the state is empty (and in memory).
 func (s *KeyState) ResetState() {
+	s.back = backed{}
 	clear(s.rows)
 	s.data = 0
 	s.loading = map[string][]loadRow{}
@@ -288,14 +353,43 @@ func (s *KeyState) AddState(rec arrow.Record) error {
 	if s.loading == nil {
 		return fmt.Errorf("rebuild key state of %s: AddState before ResetState", name)
 	}
+	n, err := s.stateShape(rec)
+	if err != nil {
+		return err
+	}
+	return s.stateRows(rec, n, func(key, row []byte, diff int64) error {
+		s.load(key, row, diff)
+		return nil
+	})
+}
+
+// stateShape returns how many columns of rec AddState reads (its user
+// columns, [_time,] _diff), or why it cannot.
+func (s *KeyState) stateShape(rec arrow.Record) (int, error) {
 	n := int(rec.NumCols())
 	if n == s.ncols+3 && rec.ColumnName(n-1) == pipe.ColPartition {
 		n-- // the partition is the time's
 	}
 	shape := n == s.ncols+1 || n == s.ncols+2 && rec.ColumnName(s.ncols) == pipe.ColTime
 	if !shape || rec.ColumnName(n-1) != pipe.ColDiff {
-		return fmt.Errorf("rebuild key state of %s: a batch of %d columns, want its %d, [_time,] _diff", name, n, s.ncols)
+		return 0, fmt.Errorf("rebuild key state of %s: a batch of %d columns, want its %d, [_time,] _diff", s.name, n, s.ncols)
 	}
+	return n, nil
+}
+
+// StateRows calls fn with the key, row and _diff of every update in rec
+// (the collection's user columns, then _time and _diff: a store's
+// batches), as the state encodes them: keystate.Codec.
+func (s *KeyState) StateRows(rec arrow.Record, fn func(key, row []byte, diff int64) error) error {
+	di := rec.Schema().FieldIndices(pipe.ColDiff)
+	if int(rec.NumCols()) < s.ncols+2 || rec.ColumnName(s.ncols) != pipe.ColTime || len(di) != 1 || di[0] <= s.ncols {
+		return fmt.Errorf("key state of %s: a batch of columns %v, want its %d, then _time and _diff", s.name, rec.Schema().Fields(), s.ncols)
+	}
+	return s.stateRows(rec, di[0]+1, fn)
+}
+
+func (s *KeyState) stateRows(rec arrow.Record, n int, fn func(key, row []byte, diff int64) error) error {
+	name := s.name
 	diffs, ok := rec.Column(n - 1).(*array.Int64)
 	if !ok {
 		return fmt.Errorf("rebuild key state of %s: _diff is %s", name, rec.Column(n-1).DataType())
@@ -320,7 +414,9 @@ func (s *KeyState) AddState(rec arrow.Record) error {
 		if err != nil {
 			return fmt.Errorf("rebuild key state of %s: %w", name, err)
 		}
-		s.load(key, row, diffs.Value(j))
+		if err := fn(key, row, diffs.Value(j)); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -338,8 +434,8 @@ func (s *KeyState) load(key, row []byte, diff int64) {
 			s.put(key, row)
 			return
 		}
-		if cur, in := s.del(key); in {
-			lr = append(lr, loadRow{cur, 1})
+		if p := s.del(key); p.had {
+			lr = append(lr, loadRow{p.row, 1})
 		}
 	}
 	for i := range lr {
@@ -381,11 +477,13 @@ func multiplicities(rs []loadRow) []int64 {
 	return out
 }
 
-// undoEntry is what one key had before a change not yet emitted.
+// undoEntry is what one key had before a change not yet emitted, or
+// (trunc) what a state held before a TRUNCATE.
 type undoEntry struct {
-	st       *KeyState
-	key, row string
-	had      bool
+	st    *KeyState
+	key   string
+	prior prior
+	trunc *truncated
 }
 
 // undoLog notes the changes of key states that are not handed over yet,
@@ -394,35 +492,45 @@ type undoLog []undoEntry
 
 // put and del change a key state, noting what to undo.
 func (u *undoLog) put(st *KeyState, key, row []byte) {
-	prev, had := st.put(key, row)
-	*u = append(*u, undoEntry{st: st, key: string(key), row: prev, had: had})
+	p := st.put(key, row)
+	*u = append(*u, undoEntry{st: st, key: string(key), prior: p})
 }
 
 func (u *undoLog) del(st *KeyState, key []byte) {
-	prev, had := st.del(key)
-	*u = append(*u, undoEntry{st: st, key: string(key), row: prev, had: had})
+	p := st.del(key)
+	*u = append(*u, undoEntry{st: st, key: string(key), prior: p})
 }
 
 // truncate empties st (a TRUNCATE of its table).
 func (u *undoLog) truncate(st *KeyState) {
-	for k, v := range st.rows {
-		*u = append(*u, undoEntry{st: st, key: k, row: v, had: true})
-	}
-	clear(st.rows)
-	st.data = 0
+	*u = append(*u, undoEntry{st: st, trunc: st.truncate()})
 }
 
 // rollback undoes every change noted, newest first.
 func (u *undoLog) rollback() {
 	for i := len(*u) - 1; i >= 0; i-- {
 		e := (*u)[i]
-		e.st.restore(e.key, e.row, e.had)
+		if e.trunc != nil {
+			e.st.untruncate(e.trunc)
+			continue
+		}
+		e.st.restore(e.key, e.prior)
 	}
-	u.forget()
-}
-
-// forget keeps the changes noted (they were handed over).
-func (u *undoLog) forget() {
 	clear(*u)
 	*u = (*u)[:0]
+}
+
+// forget keeps the changes noted (they were handed over): a state on
+// disk whose overlay outgrew its budget spills it there now, while no
+// change of it is open.
+func (u *undoLog) forget() error {
+	var err error
+	for i, e := range *u {
+		if e.st.back.b != nil && (i == 0 || (*u)[i-1].st != e.st) && err == nil {
+			err = e.st.spillIfOver()
+		}
+	}
+	clear(*u)
+	*u = (*u)[:0]
+	return err
 }

@@ -240,7 +240,11 @@ func (s *myStreamer) insertKeyed(mt *myTable, st *KeyState, ev *replication.Rows
 	if err != nil {
 		return "", err
 	}
-	if _, dup := st.get(key); dup {
+	_, dup, err := st.get(key)
+	if err != nil {
+		return "", err
+	}
+	if dup {
 		return s.duplicateMsg(mt, st, ev.Rows[i], "an INSERT into"), nil
 	}
 	if err := mt.rb.AppendEncoded(row, s.txn.Pos, +1, s.txn.Partition); err != nil {
@@ -256,7 +260,10 @@ func (s *myStreamer) deleteKeyed(mt *myTable, st *KeyState, ev *replication.Rows
 	if msg != "" {
 		return msg, nil
 	}
-	prev, ok := st.get(key)
+	prev, ok, err := st.get(key)
+	if err != nil {
+		return "", err
+	}
 	if !ok {
 		return s.missingMsg(mt, st, ev.Rows[i], "a DELETE from"), nil
 	}
@@ -274,7 +281,10 @@ func (s *myStreamer) updateKeyed(mt *myTable, st *KeyState, ev *replication.Rows
 	if msg != "" {
 		return msg, nil
 	}
-	prev, ok := st.get(key)
+	prev, ok, err := st.get(key)
+	if err != nil {
+		return "", err
+	}
 	if !ok {
 		return s.missingMsg(mt, st, ev.Rows[i], "an UPDATE of"), nil
 	}
@@ -289,7 +299,11 @@ func (s *myStreamer) updateKeyed(mt *myTable, st *KeyState, ev *replication.Rows
 	}
 	moved := !bytes.Equal(newKey, key)
 	if moved {
-		if _, dup := st.get(newKey); dup {
+		_, dup, err := st.get(newKey)
+		if err != nil {
+			return "", err
+		}
+		if dup {
 			return s.duplicateMsg(mt, st, ev.Rows[i+1], "an UPDATE of"), nil
 		}
 	}

@@ -1227,8 +1227,8 @@ func (s *myStreamer) flush() error {
 		s.handed += s.skip
 		s.skip = 0
 	}
-	s.undo.forget() // handed over: skipped when the server sends it again
-	return nil
+	// Handed over: skipped when the server sends it again.
+	return s.undo.forget()
 }
 
 // commit ends the open transaction: its records, then progress.

@@ -596,12 +596,11 @@ func (d *decoder) flush() error {
 	d.dirty = d.dirty[:0]
 	d.pendRow, d.pendB = 0, 0
 	d.emitted = d.seen
-	d.undo.forget()
 	for _, r := range d.holding {
 		// Handed over too: skipped when the server sends it again.
 		r.raw, r.rawTxn = append(r.raw, r.rawTxn...), nil
 	}
-	return nil
+	return d.undo.forget()
 }
 
 func (d *decoder) flushRel(r *relation) error {

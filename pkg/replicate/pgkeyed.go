@@ -28,7 +28,11 @@ func (d *decoder) insertKeyed(r *relation, tuple *pglogrepl.TupleData) error {
 	if err != nil {
 		return err
 	}
-	if _, dup := r.state.get(key); dup {
+	_, dup, err := r.state.get(key)
+	if err != nil {
+		return err
+	}
+	if dup {
 		return d.stop(r, d.duplicateMsg(r, "an INSERT into", tuple))
 	}
 	if err := d.emitEncoded(r, row, +1); err != nil {
@@ -51,7 +55,10 @@ func (d *decoder) updateKeyed(r *relation, old, tuple *pglogrepl.TupleData) erro
 	if err != nil || msg != "" {
 		return d.stopMsg(r, msg, err)
 	}
-	prev, ok := st.get(key)
+	prev, ok, err := st.get(key)
+	if err != nil {
+		return err
+	}
 	if !ok {
 		return d.stop(r, d.missingMsg(r, "an UPDATE of", keyTuple))
 	}
@@ -65,7 +72,11 @@ func (d *decoder) updateKeyed(r *relation, old, tuple *pglogrepl.TupleData) erro
 	}
 	moved := !bytes.Equal(newKey, key)
 	if moved {
-		if _, dup := st.get(newKey); dup {
+		_, dup, err := st.get(newKey)
+		if err != nil {
+			return err
+		}
+		if dup {
 			return d.stop(r, d.duplicateMsg(r, "an UPDATE of", tuple))
 		}
 	}
@@ -92,7 +103,10 @@ func (d *decoder) deleteKeyed(r *relation, old *pglogrepl.TupleData) error {
 	if err != nil || msg != "" {
 		return d.stopMsg(r, msg, err)
 	}
-	prev, ok := r.state.get(key)
+	prev, ok, err := r.state.get(key)
+	if err != nil {
+		return err
+	}
 	if !ok {
 		return d.stop(r, d.missingMsg(r, "a DELETE from", old))
 	}

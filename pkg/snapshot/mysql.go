@@ -53,6 +53,11 @@ type MySQLConfig struct {
 	Source string
 	// OnProgress, if set, is called after every record written.
 	OnProgress func(Progress)
+	// Resume, when set, makes the snapshot resumable (myresume.go): the
+	// sink must be a ChunkSink; tables are copied in chunks of their key
+	// (Resume.ChunkRows) instead of the ranges of RangeRows, and a plan
+	// that still holds sets the start position (when Start is unset).
+	Resume *Resume
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -102,6 +107,9 @@ type myTask struct {
 	tb     *myTab
 	where  string
 	ranged bool
+	// chunk is the task's chunk of a resumable snapshot's plan (nil:
+	// not resumable).
+	chunk *ChunkRef
 }
 
 type myTab struct {
@@ -111,14 +119,45 @@ type myTab struct {
 	ranges  int
 	// failed: a value did not convert; the table got a definite error.
 	failed bool
+	// chunks: the table's chunks in a resumable snapshot (nil: copied
+	// whole in the snapshot of MySQLResult.Snapshot).
+	chunks *myChunks
+}
+
+// snapshotOf returns the snapshot row i of cols was copied in (snap, the
+// attempt's, unless the table was copied in chunks).
+func (tb *myTab) snapshotOf(cols []arrow.Array, i int, snap frontier.Frontier) frontier.Frontier {
+	if tb.chunks == nil {
+		return snap
+	}
+	return tb.chunks.snapOf(cols, i)
+}
+
+// until is the newest snapshot any row of tb was copied in.
+func (tb *myTab) until(snap frontier.Frontier) frontier.Frontier {
+	if tb.chunks == nil {
+		return snap
+	}
+	return tb.chunks.latest()
 }
 
 // myBatch is a record of a table or, with fail set, the definite error
-// of the table (a value that does not convert).
+// of the table (a value that does not convert), or with done set the end
+// of chunk.
 type myBatch struct {
-	tb   *myTab
-	rec  arrow.Record
-	fail string
+	tb    *myTab
+	rec   arrow.Record
+	fail  string
+	chunk *ChunkRef
+	done  bool
+}
+
+// myChunkSink is where a resumable snapshot's chunks go: rows and ends of
+// chunks to cs, each chunk's position pos recorded in plan.
+type myChunkSink struct {
+	cs   ChunkSink
+	plan *Plan
+	pos  string
 }
 
 // MySQL writes a definite snapshot of MySQL/MariaDB tables to sink: every
@@ -217,6 +256,21 @@ func MySQL(ctx context.Context, cfg MySQLConfig, sink pipe.Sink) (*MySQLResult, 
 	if err != nil {
 		return nil, fmt.Errorf("snapshot mysql: %w", err)
 	}
+	// A resumable snapshot whose earlier chunks hold keeps their start.
+	var rp *Plan
+	kept := false
+	if cfg.Resume != nil {
+		if _, ok := sink.(ChunkSink); !ok {
+			return nil, fmt.Errorf("snapshot mysql: a resumable snapshot needs a ChunkSink, not %T", sink)
+		}
+		var ps frontier.Frontier
+		if ps, kept = keepPlanMySQL(cfg.Resume.Plan, srv.MariaDB, cfg.Start, res.Snapshot, tabs); kept {
+			rp = cfg.Resume.Plan
+			if cfg.Start.Domain() == "" {
+				cfg.Start = ps
+			}
+		}
+	}
 	if cfg.Start.Domain() == "" {
 		res.Start, res.StartPos = res.Snapshot, res.SnapshotPos
 	} else {
@@ -235,11 +289,25 @@ func MySQL(ctx context.Context, cfg MySQLConfig, sink pipe.Sink) (*MySQLResult, 
 	res.Partition = timeZeroPartition(res.Start, srv)
 	cfg.Logger.Debug("snapshot mysql: positions", "start", res.StartPos, "snapshot", res.SnapshotPos, "locked", res.Locked)
 
-	tasks, err := planMySQL(ctx, workers[0], tabs, cfg)
-	if err != nil {
+	var tasks []myTask
+	var chunks *myChunkSink
+	if cfg.Resume != nil {
+		if !kept {
+			if rp, err = newPlanMySQL(ctx, workers[0], tabs, res.StartPos, res.Partition, cfg.Resume.ChunkRows); err != nil {
+				return nil, fmt.Errorf("snapshot mysql: %w", err)
+			}
+		}
+		if cfg.Resume.Begin != nil {
+			if err := cfg.Resume.Begin(rp, kept); err != nil {
+				return nil, fmt.Errorf("snapshot mysql: %w", err)
+			}
+		}
+		tasks = resumeTasksMySQL(rp, tabs)
+		chunks = &myChunkSink{cs: sink.(ChunkSink), plan: rp, pos: res.SnapshotPos}
+	} else if tasks, err = planMySQL(ctx, workers[0], tabs, cfg); err != nil {
 		return nil, fmt.Errorf("snapshot mysql: %w", err)
 	}
-	if err := copyMySQL(ctx, cfg, srv.Domain(), res.Partition, workers, tasks, tabs, sink, began); err != nil {
+	if err := copyMySQL(ctx, cfg, srv.Domain(), res.Partition, workers, tasks, tabs, sink, chunks, began); err != nil {
 		return nil, fmt.Errorf("snapshot mysql: %w", err)
 	}
 	for i, w := range workers {
@@ -247,8 +315,23 @@ func MySQL(ctx context.Context, cfg MySQLConfig, sink pipe.Sink) (*MySQLResult, 
 		workers[i] = nil
 	}
 
-	if !res.Start.Covers(res.Snapshot) {
-		if err := rewindMySQL(ctx, cfg, res, tabs, sink, began); err != nil {
+	// The rewind reads the binlog up to the newest snapshot a row was
+	// copied in (with chunks: each row from its chunk's).
+	until := res.Start
+	for _, tb := range tabs {
+		if tb.chunks != nil {
+			if err := tb.chunkSnapshots(srv.MariaDB, res.Snapshot); err != nil {
+				return nil, fmt.Errorf("snapshot mysql: %w", err)
+			}
+		}
+		if !tb.failed {
+			if until, err = frontier.Join(until, tb.until(res.Snapshot)); err != nil {
+				return nil, fmt.Errorf("snapshot mysql: %w", err)
+			}
+		}
+	}
+	if !res.Start.Covers(until) {
+		if err := rewindMySQL(ctx, cfg, res, until, tabs, sink, began); err != nil {
 			return nil, fmt.Errorf("snapshot mysql: %w", err)
 		}
 	}
@@ -458,7 +541,9 @@ func splitRange(lo, hi string, k int) []string {
 
 // copyMySQL runs the tasks on the workers and writes the records to sink
 // from this goroutine.
-func copyMySQL(ctx context.Context, cfg MySQLConfig, d frontier.Domain, part string, workers []*client.Conn, tasks []myTask, tabs []*myTab, sink pipe.Sink, began time.Time) error {
+// With chunks set, the rows of a task of a chunk go to its ChunkSink,
+// followed by the end of the chunk.
+func copyMySQL(ctx context.Context, cfg MySQLConfig, d frontier.Domain, part string, workers []*client.Conn, tasks []myTask, tabs []*myTab, sink pipe.Sink, chunks *myChunkSink, began time.Time) error {
 	var estimate int64
 	for _, tb := range tabs {
 		estimate += tb.t.Rows
@@ -483,6 +568,15 @@ func copyMySQL(ctx context.Context, cfg MySQLConfig, d frontier.Domain, part str
 	var rows int64
 	var serr error
 	for b := range out {
+		if b.done {
+			if serr == nil && !b.tb.failed {
+				chunks.plan.Tables[b.chunk.Table].Chunks[b.chunk.Chunk].Pos = chunks.pos
+				if serr = chunks.cs.ChunkDone(*b.chunk, b.tb.t.QualifiedName()); serr != nil {
+					stop()
+				}
+			}
+			continue
+		}
 		if b.fail != "" || b.tb.failed {
 			if serr == nil && !b.tb.failed {
 				b.tb.failed = true
@@ -499,7 +593,11 @@ func copyMySQL(ctx context.Context, cfg MySQLConfig, d frontier.Domain, part str
 		}
 		if serr == nil {
 			n := b.rec.NumRows()
-			serr = sink.Data(b.tb.t.QualifiedName(), b.rec)
+			if b.chunk != nil {
+				serr = chunks.cs.ChunkData(*b.chunk, b.tb.t.QualifiedName(), b.rec)
+			} else {
+				serr = sink.Data(b.tb.t.QualifiedName(), b.rec)
+			}
 			b.tb.rows += n
 			rows += n
 			if serr == nil && cfg.OnProgress != nil {
@@ -533,7 +631,7 @@ func copyWorkerMySQL(ctx context.Context, conn *client.Conn, cfg MySQLConfig, d 
 		send := func() error {
 			rec := rb.NewRecord()
 			select {
-			case out <- myBatch{tb: k.tb, rec: rec}:
+			case out <- myBatch{tb: k.tb, rec: rec, chunk: k.chunk}:
 				return nil
 			case <-ctx.Done():
 				rec.Release()
@@ -570,6 +668,13 @@ func copyWorkerMySQL(ctx context.Context, conn *client.Conn, cfg MySQLConfig, d 
 		} else if err == nil && rb.Rows() > 0 {
 			err = send()
 		}
+		if err == nil && bad == nil && k.chunk != nil {
+			select {
+			case out <- myBatch{tb: k.tb, chunk: k.chunk, done: true}:
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+		}
 		rb.Release()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -584,10 +689,10 @@ func copyWorkerMySQL(ctx context.Context, conn *client.Conn, cfg MySQLConfig, d 
 	return nil
 }
 
-// rewindMySQL reads the binlog from res.Start to res.Snapshot and writes
-// every change to a snapshotted table that the snapshot includes, negated,
-// at time 0.
-func rewindMySQL(ctx context.Context, cfg MySQLConfig, res *MySQLResult, tabs []*myTab, sink pipe.Sink, began time.Time) error {
+// rewindMySQL reads the binlog from res.Start to until and writes every
+// change to a snapshotted table that the copy of its row includes (the
+// snapshot of the row's chunk is beyond it), negated, at time 0.
+func rewindMySQL(ctx context.Context, cfg MySQLConfig, res *MySQLResult, until frontier.Frontier, tabs []*myTab, sink pipe.Sink, began time.Time) error {
 	r := &myRewinder{cfg: cfg, res: res, sink: sink, began: began, tabs: map[string]*myTab{}}
 	var names []string
 	for _, tb := range tabs {
@@ -600,7 +705,7 @@ func rewindMySQL(ctx context.Context, cfg MySQLConfig, res *MySQLResult, tabs []
 	}
 	cfg.Logger.Debug("snapshot mysql: rewinding", "from", res.StartPos, "to", res.SnapshotPos)
 	err := replicate.StreamMySQL(ctx, replicate.MySQLConfig{
-		Upstream: cfg.Upstream, Tables: names, Known: res.Schemas, Start: res.StartPos, StopAt: res.Snapshot,
+		Upstream: cfg.Upstream, Tables: names, Known: res.Schemas, Start: res.StartPos, StopAt: until,
 		Source: cfg.Source, Logger: cfg.Logger,
 	}, r)
 	if err != nil {
@@ -619,16 +724,17 @@ type myRewinder struct {
 	rewound int64
 }
 
-// inWindow: a change at t is in the copy (below the snapshot) and after
+// inWindow: a change at t is in a copy taken at snap (below it) and after
 // time 0's position (not below the start).
-func (r *myRewinder) inWindow(t frontier.Time) bool {
-	return r.res.Snapshot.Beyond(t) && !r.res.Start.Beyond(t)
+func (r *myRewinder) inWindow(t frontier.Time, snap frontier.Frontier) bool {
+	return snap.Beyond(t) && !r.res.Start.Beyond(t)
 }
 
 func (r *myRewinder) Progress(string, frontier.Frontier) error { return nil }
 
 func (r *myRewinder) Error(collection string, at frontier.Time, msg string) error {
-	if r.tabs[collection] == nil || !r.inWindow(at) {
+	tb := r.tabs[collection]
+	if tb == nil || !r.inWindow(at, tb.until(r.res.Snapshot)) {
 		return nil
 	}
 	return fmt.Errorf("rewind %s: %w: %s", collection, ErrRewind, msg)
@@ -651,7 +757,7 @@ func (r *myRewinder) Data(collection string, rec arrow.Record) error {
 	}
 	var keep []int
 	for i := 0; i < int(rec.NumRows()); i++ {
-		if r.inWindow(frontier.Time{Partition: parts.Value(i), Pos: times.Value(i)}) {
+		if r.inWindow(frontier.Time{Partition: parts.Value(i), Pos: times.Value(i)}, tb.snapshotOf(cols, i, r.res.Snapshot)) {
 			keep = append(keep, i)
 		}
 	}
@@ -826,7 +932,7 @@ func MySQLCopy(ctx context.Context, cfg MySQLConfig, sink pipe.Sink) (frontier.F
 	for i, tb := range tabs {
 		tasks[i] = myTask{tb: tb}
 	}
-	if err := copyMySQL(ctx, cfg, srv.Domain(), part, workers, tasks, tabs, sink, time.Now()); err != nil {
+	if err := copyMySQL(ctx, cfg, srv.Domain(), part, workers, tasks, tabs, sink, nil, time.Now()); err != nil {
 		return fail(err)
 	}
 	for _, tb := range tabs {

@@ -13,6 +13,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 
+	"github.com/rtrctl/rtrctl/internal/mymatrix"
 	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
@@ -20,17 +21,11 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/upstream"
 )
 
-// mxCase is one boundary value: a SQL expression stored into the column.
-type mxCase struct{ name, expr string }
-
-// mxType is a column type with its boundary values.
-type mxType struct {
-	name, ddl string
-	// sqlMode, when set, is the session sql_mode of the inserts
-	// (NO_ENGINE_SUBSTITUTION: not strict, zero dates allowed).
-	sqlMode string
-	cases   []mxCase
-}
+// mxCase and mxType are the matrix's (internal/mymatrix).
+type (
+	mxCase = mymatrix.Case
+	mxType = mymatrix.Type
+)
 
 // mxRows is a sink that consolidates rows like myRows and keeps, per id,
 // the Arrow value of column v rendered as mxRender renders the server's.
@@ -155,17 +150,17 @@ func runMatrix(t *testing.T, types []mxType) {
 	u := upstream.MustParseMySQL(m.URL())
 	ctx := context.Background()
 	for ti, ty := range types {
-		t.Run(ty.name, func(t *testing.T) {
+		t.Run(ty.Name, func(t *testing.T) {
 			tb := fmt.Sprintf("t%d", ti)
 			coll := db + "." + tb
-			myExec(t, conn, fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, v %s, n int NOT NULL DEFAULT 0)", coll, ty.ddl))
+			myExec(t, conn, fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, v %s, n int NOT NULL DEFAULT 0)", coll, ty.DDL))
 			startPos, _ := myPosition(t, m)
 			myExec(t, conn, "SET NAMES utf8mb4", "SET time_zone = '+00:00'")
-			if ty.sqlMode != "" {
-				myExec(t, conn, "SET sql_mode = '"+ty.sqlMode+"'")
+			if ty.SQLMode != "" {
+				myExec(t, conn, "SET sql_mode = '"+ty.SQLMode+"'")
 			}
-			for i, c := range ty.cases {
-				myExec(t, conn, fmt.Sprintf("INSERT INTO %s (id, v) VALUES (%d, %s)", coll, i+1, c.expr))
+			for i, c := range ty.Cases {
+				myExec(t, conn, fmt.Sprintf("INSERT INTO %s (id, v) VALUES (%d, %s)", coll, i+1, c.Expr))
 			}
 			myExec(t, conn, "SET sql_mode = DEFAULT")
 			midPos, mid := myPosition(t, m)
@@ -211,8 +206,8 @@ func runMatrix(t *testing.T, types []mxType) {
 			if len(ins.errs)+len(snap.errs) > 0 {
 				t.Fatalf("stream errors: %v %v", ins.errs, snap.errs)
 			}
-			for i, c := range ty.cases {
-				t.Run(c.name, func(t *testing.T) {
+			for i, c := range ty.Cases {
+				t.Run(c.Name, func(t *testing.T) {
 					id := strconv.Itoa(i + 1)
 					if got, want := snapVals[id], server[id]; got != want {
 						t.Errorf("snapshot %s, server %s", got, want)
@@ -265,26 +260,26 @@ func charsetTypes() []mxType {
 	names = append(names, "ascii", "ucs2", "utf16", "utf16le", "utf32", "gbk", "gb2312", "big5", "euckr", "sjis", "cp932", "ujis", "eucjpms", "utf8mb3", "utf8mb4")
 	for _, cs := range names {
 		sample := "'" + strings.ReplaceAll(charsetText[cs], "'", "''") + "'"
-		cases := []mxCase{{"sample", sample}, {"empty", "''"}, {"trailing_spaces", "CONCAT(" + sample + ", '  ')"}, {"null", "NULL"}}
+		cases := []mxCase{{Name: "sample", Expr: sample}, {Name: "empty", Expr: "''"}, {Name: "trailing_spaces", Expr: "CONCAT(" + sample + ", '  ')"}, {Name: "null", Expr: "NULL"}}
 		var all []byte
 		for b := 0; b < 256; b++ {
 			all = append(all, byte(b))
 		}
 		switch {
 		case cs == "ascii":
-			cases = append(cases, mxCase{"bytes_00_7f", fmt.Sprintf("_ascii X'%x'", all[:128])})
+			cases = append(cases, mxCase{Name: "bytes_00_7f", Expr: fmt.Sprintf("_ascii X'%x'", all[:128])})
 		case strings.Contains(strings.Join(singleByte, " "), cs):
-			cases = append(cases, mxCase{"bytes_00_ff", fmt.Sprintf("_%s X'%x'", cs, all)})
+			cases = append(cases, mxCase{Name: "bytes_00_ff", Expr: fmt.Sprintf("_%s X'%x'", cs, all)})
 		case cs == "sjis" || cs == "cp932":
 			// The code points where Shift_JIS and Windows-31J differ: ＼ ～ ∥ －.
-			cases = append(cases, mxCase{"wave_dash_etc", fmt.Sprintf("_%s X'815F81608161817C'", cs)})
+			cases = append(cases, mxCase{Name: "wave_dash_etc", Expr: fmt.Sprintf("_%s X'815F81608161817C'", cs)})
 		case cs == "ujis" || cs == "eucjpms":
-			cases = append(cases, mxCase{"wave_dash_etc", fmt.Sprintf("_%s X'A1C0A1C1A1C2A1DD'", cs)})
+			cases = append(cases, mxCase{Name: "wave_dash_etc", Expr: fmt.Sprintf("_%s X'A1C0A1C1A1C2A1DD'", cs)})
 		}
 		out = append(out,
-			mxType{name: "varchar_" + cs, ddl: "varchar(300) CHARACTER SET " + cs, cases: cases},
-			mxType{name: "char_" + cs, ddl: "char(40) CHARACTER SET " + cs, cases: cases[:3]},
-			mxType{name: "text_" + cs, ddl: "text CHARACTER SET " + cs, cases: cases[:2]})
+			mxType{Name: "varchar_" + cs, DDL: "varchar(300) CHARACTER SET " + cs, Cases: cases},
+			mxType{Name: "char_" + cs, DDL: "char(40) CHARACTER SET " + cs, Cases: cases[:3]},
+			mxType{Name: "text_" + cs, DDL: "text CHARACTER SET " + cs, Cases: cases[:2]})
 	}
 	return out
 }
@@ -295,71 +290,7 @@ func charsetTypes() []mxType {
 // cancel them exactly.
 func TestMySQLCharsetsAgree(t *testing.T) { runMatrix(t, charsetTypes()) }
 
-// typeMatrix is every MariaDB type with its boundary values.
-var typeMatrix = func() []mxType {
-	ints := func(name, lo, hi, ulo, uhi string) []mxType {
-		return []mxType{
-			{name: name, ddl: name, cases: []mxCase{{"min", lo}, {"max", hi}, {"zero", "0"}, {"minus_one", "-1"}, {"null", "NULL"}}},
-			{name: name + "_unsigned", ddl: name + " unsigned", cases: []mxCase{{"min", ulo}, {"max", uhi}}},
-		}
-	}
-	var out []mxType
-	out = append(out, ints("tinyint", "-128", "127", "0", "255")...)
-	out = append(out, ints("smallint", "-32768", "32767", "0", "65535")...)
-	out = append(out, ints("mediumint", "-8388608", "8388607", "0", "16777215")...)
-	out = append(out, ints("int", "-2147483648", "2147483647", "0", "4294967295")...)
-	out = append(out, ints("bigint", "-9223372036854775808", "9223372036854775807", "0", "18446744073709551615")...)
-	nines := func(n int) string { return strings.Repeat("9", n) }
-	out = append(out,
-		mxType{name: "decimal_38_0", ddl: "decimal(38,0)", cases: []mxCase{{"max", nines(38)}, {"min", "-" + nines(38)}, {"zero", "0"}}},
-		mxType{name: "decimal_38_38", ddl: "decimal(38,38)", cases: []mxCase{{"max", "0." + nines(38)}, {"min", "-0." + nines(38)}, {"tiny", "0." + strings.Repeat("0", 37) + "1"}}},
-		mxType{name: "decimal_38_10", ddl: "decimal(38,10)", cases: []mxCase{{"max", nines(28) + "." + nines(10)}, {"min", "-" + nines(28) + "." + nines(10)}}},
-		mxType{name: "decimal_65_30", ddl: "decimal(65,30)", cases: []mxCase{{"max", nines(35) + "." + nines(30)}, {"min", "-" + nines(35) + "." + nines(30)}, {"zero", "0"}, {"tiny", "-0." + strings.Repeat("0", 29) + "1"}}},
-		mxType{name: "decimal_65_0", ddl: "decimal(65,0)", cases: []mxCase{{"max", nines(65)}, {"min", "-" + nines(65)}}},
-		mxType{name: "float", ddl: "float", cases: []mxCase{{"max", "3.40282e38"}, {"min", "-3.40282e38"}, {"minus_zero", "-0e0"}, {"small", "1.17549e-38"}, {"tenth", "0.1"}}},
-		mxType{name: "double", ddl: "double", cases: []mxCase{{"max", "1.7976931348623157e308"}, {"min", "-1.7976931348623157e308"}, {"minus_zero", "-0e0"},
-			{"smallest_normal", "2.2250738585072014e-308"}, {"subnormal", "4.9e-324"}, {"pi", "3.141592653589793"}}},
-		mxType{name: "bit_1", ddl: "bit(1)", cases: []mxCase{{"zero", "b'0'"}, {"one", "b'1'"}}},
-		mxType{name: "bit_64", ddl: "bit(64)", cases: []mxCase{{"all_ones", "x'ffffffffffffffff'"}, {"high_bit", "x'8000000000000000'"}, {"zero", "0"}}},
-		mxType{name: "year", ddl: "year", cases: []mxCase{{"zero", "0"}, {"min", "1901"}, {"max", "2155"}}},
-		mxType{name: "date", ddl: "date", cases: []mxCase{{"min", "'1000-01-01'"}, {"max", "'9999-12-31'"}, {"epoch", "'1970-01-01'"}, {"leap", "'2024-02-29'"}}},
-		mxType{name: "date_zero", ddl: "date", sqlMode: "NO_ENGINE_SUBSTITUTION", cases: []mxCase{{"zero", "'0000-00-00'"}, {"zero_day", "'2024-01-00'"}, {"zero_month", "'2024-00-15'"}}},
-		mxType{name: "time", ddl: "time", cases: []mxCase{{"min", "'-838:59:59'"}, {"max", "'838:59:59'"}, {"zero", "'00:00:00'"}}},
-		mxType{name: "time_6", ddl: "time(6)", cases: []mxCase{{"min", "'-838:59:59.000000'"}, {"max", "'838:59:59.000000'"}, {"minus_fraction", "'-00:00:00.000001'"}, {"fraction", "'12:34:56.999999'"}}},
-		mxType{name: "timestamp_max", ddl: "timestamp(6) NULL", cases: []mxCase{{"max", "'2038-01-19 03:14:07.999999'"}, {"min", "'1970-01-01 00:00:01.000000'"}}},
-		mxType{name: "timestamp_zero", ddl: "timestamp NULL", sqlMode: "NO_ENGINE_SUBSTITUTION", cases: []mxCase{{"zero", "'0000-00-00 00:00:00'"}}},
-		mxType{name: "datetime_zero", ddl: "datetime", sqlMode: "NO_ENGINE_SUBSTITUTION", cases: []mxCase{{"zero", "'0000-00-00 00:00:00'"}}},
-		mxType{name: "json", ddl: "json", cases: []mxCase{{"object", `'{"a": [1, 2.5, "x"], "b": null}'`}, {"unicode", `'{"k": "héllo 😀 中文", "e": "\\u00e9"}'`}, {"scalar", `'"s"'`}, {"empty_array", "'[]'"}}},
-		mxType{name: "enum_emoji", ddl: "enum('a','😀','é','x?y')", cases: []mxCase{{"ascii", "'a'"}, {"emoji", "'😀'"}, {"latin", "'é'"}, {"question_mark", "'x?y'"}, {"invalid_is_empty", "''"}}, sqlMode: "NO_ENGINE_SUBSTITUTION"},
-		mxType{name: "enum_latin1", ddl: "enum('é','ü') CHARACTER SET latin1", cases: []mxCase{{"e", "'é'"}, {"u", "'ü'"}}},
-		mxType{name: "set_emoji", ddl: "set('😀','b','🎉x')", cases: []mxCase{{"one", "'😀'"}, {"all", "'😀,b,🎉x'"}, {"none", "''"}}},
-		mxType{name: "binary_4", ddl: "binary(4)", cases: []mxCase{{"padded", "'ab'"}, {"full", "x'00ff10ee'"}, {"empty", "''"}}},
-		mxType{name: "varbinary", ddl: "varbinary(300)", cases: []mxCase{{"all_bytes", "x'" + func() string {
-			var b []byte
-			for i := range 256 {
-				b = append(b, byte(i))
-			}
-			return hex.EncodeToString(b)
-		}() + "'"}, {"empty", "''"}}},
-		mxType{name: "mediumblob", ddl: "mediumblob", cases: []mxCase{{"long", "repeat(x'00ff', 40000)"}}},
-		mxType{name: "longtext", ddl: "longtext", cases: []mxCase{{"long", "repeat('é😀', 50000)"}}},
-	)
-	for fsp := 0; fsp <= 6; fsp++ {
-		frac := ""
-		if fsp > 0 {
-			frac = "." + strings.Repeat("9", fsp)
-		}
-		out = append(out,
-			mxType{name: fmt.Sprintf("datetime_%d", fsp), ddl: fmt.Sprintf("datetime(%d)", fsp), cases: []mxCase{
-				{"min", "'1000-01-01 00:00:00'"}, {"max", "'9999-12-31 23:59:59" + frac + "'"}, {"epoch", "'1970-01-01 00:00:00'"}, {"before_epoch", "'1969-12-31 23:59:59" + frac + "'"}}},
-			mxType{name: fmt.Sprintf("timestamp_%d", fsp), ddl: fmt.Sprintf("timestamp(%d) NULL", fsp), cases: []mxCase{
-				{"min", "'1970-01-01 00:00:01'"}, {"max", "'2038-01-19 03:14:07" + frac + "'"}}},
-		)
-	}
-	return out
-}()
-
 // TestMySQLTypeMatrix: every type at its boundaries, the snapshot and
 // the binlog against the server's own rendering, updates and deletes
 // cancelling snapshot rows exactly.
-func TestMySQLTypeMatrix(t *testing.T) { runMatrix(t, typeMatrix) }
+func TestMySQLTypeMatrix(t *testing.T) { runMatrix(t, mymatrix.Types) }

@@ -653,10 +653,10 @@ func resumePlan(ctx context.Context, cfg Config, conn *pgx.Conn, slotLSN frontie
 		tb.ranges = len(pt.Chunks)
 		tb.ck = &chunking{col: -1, chunks: pt.Chunks} // for the pages of a task
 		for ci, c := range pt.Chunks {
-			if c.LSN != 0 {
+			if c.Done() {
 				continue
 			}
-			tasks = append(tasks, task{tb: tb, chunk: &ChunkRef{Table: ti, Chunk: ci}, where: c.where(pt.Column)})
+			tasks = append(tasks, task{tb: tb, chunk: &ChunkRef{Table: ti, Chunk: ci}, where: c.where(pt.Column, pgQuote)})
 		}
 	}
 	return rp, tasks, nil

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
@@ -15,34 +16,46 @@ import (
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 )
 
-// A resumable snapshot (Config.Resume) copies each table in chunks chosen
-// by a value of the row (a range of its primary key's first column when
-// that is an integer, else the whole table), hands each chunk's rows to a
-// ChunkSink and says when a chunk is complete. A later attempt given the
-// plan back copies only the chunks not done, at a newer snapshot, and
-// the rewind takes every chunk back to the slot's start from the LSN it
-// was copied at: a change's row belongs to the chunk its own value
-// chooses, so each chunk's rows at slot_lsn are its copy minus the
-// changes to its rows in between (docs/snapshot.md, "Resuming").
+// A resumable snapshot (Config.Resume, MySQLConfig.Resume) copies each
+// table in chunks chosen by a value of the row (a range of its primary
+// key's first column when that is an integer, else the whole table),
+// hands each chunk's rows to a ChunkSink and says when a chunk is
+// complete. A later attempt given the plan back copies only the chunks
+// not done, at a newer snapshot, and the rewind takes every chunk back to
+// time 0's position (PostgreSQL: the slot's start; MySQL: the plan's
+// Start) from the position it was copied at: a change's row belongs to
+// the chunk its own value chooses, so each chunk's rows at the start are
+// its copy minus the changes to its rows in between (docs/snapshot.md,
+// "Resuming"). The same plan, chunks and rule serve both sources; only
+// how a position is written differs (an LSN, a GTID position).
 
 // Plan is how a resumable snapshot cuts its tables, and how far it got.
 type Plan struct {
-	// Slot and SlotLSN: the permanent slot and its start the chunks are
-	// rewound to. A plan holds only while the slot is still there.
-	Slot    string       `json:"slot"`
-	SlotLSN frontier.LSN `json:"slot_lsn"`
-	Tables  []PlanTable  `json:"tables"`
+	// PostgreSQL: Slot and SlotLSN, the permanent slot and its start the
+	// chunks are rewound to. A plan holds only while the slot is still
+	// there.
+	Slot    string       `json:"slot,omitempty"`
+	SlotLSN frontier.LSN `json:"slot_lsn,omitempty"`
+	// MySQL/MariaDB: Start is the GTID position (in the server's
+	// notation, 0-1-42) time 0 holds the tables at, the chunks are
+	// rewound to and the stream starts from; Partition is the _partition
+	// of the time-0 rows.
+	Start     string      `json:"start,omitempty"`
+	Partition string      `json:"partition,omitempty"`
+	Tables    []PlanTable `json:"tables"`
 }
 
 // PlanTable is one table of a plan.
 type PlanTable struct {
 	// Name is the collection name.
 	Name string `json:"name"`
-	// OID and Columns identify the table as copied (Columns: a hash of
-	// its Arrow fields); a plan whose table differs is not resumed.
-	OID     uint32 `json:"oid"`
+	// OID (PostgreSQL) and Columns identify the table as copied
+	// (Columns: a hash of its Arrow fields); a plan whose table differs
+	// is not resumed.
+	OID     uint32 `json:"oid,omitempty"`
 	Columns string `json:"columns"`
-	// EstimatedRows is pg_class.reltuples when planned (0: unknown).
+	// EstimatedRows is pg_class.reltuples (MySQL: information_schema
+	// TABLE_ROWS) when planned (0: unknown).
 	EstimatedRows int64 `json:"estimated_rows,omitempty"`
 	// Column is the integer key column the chunks are ranges of; ""
 	// when the table is one chunk.
@@ -55,14 +68,20 @@ type PlanTable struct {
 type Chunk struct {
 	Lo *int64 `json:"lo,omitempty"`
 	Hi *int64 `json:"hi,omitempty"`
-	// LSN is the snapshot LSN the chunk was copied at; 0 while not done.
+	// LSN (PostgreSQL) is the snapshot LSN the chunk was copied at; Pos
+	// (MySQL) the GTID position of its consistent snapshot, in the
+	// server's notation. Both unset while the chunk is not done.
 	LSN frontier.LSN `json:"snapshot_lsn,omitempty"`
+	Pos string       `json:"snapshot_pos,omitempty"`
 	// Rows and Staged are the caller's (the ChunkSink's) record of the
 	// done chunk: how many rows it copied and where it keeps them. PG
 	// only carries them.
 	Rows   int64           `json:"rows,omitempty"`
 	Staged json.RawMessage `json:"staged,omitempty"`
 }
+
+// Done reports whether the chunk was copied.
+func (c Chunk) Done() bool { return c.LSN != 0 || c.Pos != "" }
 
 // ChunkRef names a chunk of a plan.
 type ChunkRef struct{ Table, Chunk int }
@@ -72,14 +91,17 @@ type Resume struct {
 	// Plan is an earlier attempt's, with the chunks it finished; nil for
 	// none.
 	Plan *Plan
-	// ChunkPages is about how many heap pages a chunk has (0: 1/32 of
-	// the tables' pages, at least 128 and at most 16384).
+	// ChunkPages is about how many heap pages a chunk has (PostgreSQL;
+	// 0: 1/32 of the tables' pages, at least 128 and at most 16384).
 	ChunkPages int64
+	// ChunkRows is about how many rows a chunk has (MySQL; 0: 1/32 of
+	// the tables' estimated rows, at least 10,000 and at most 1,000,000).
+	ChunkRows int64
 	// Begin is called once the plan is fixed, before anything is copied:
 	// the earlier plan when it still holds (kept), else a new one with no
 	// chunk done (then whatever the caller kept of the earlier one is
-	// void). PG changes LSNs of the plan's chunks as they are done, from
-	// the Sink's goroutine.
+	// void). The snapshot sets the plan's chunks' positions as they are
+	// done, from the Sink's goroutine.
 	Begin func(plan *Plan, kept bool) error
 }
 
@@ -92,9 +114,9 @@ type ChunkSink interface {
 	ChunkDone(c ChunkRef, collection string) error
 }
 
-// columnsHash identifies a table's columns as copied.
-func columnsHash(tb *table) string {
-	sum := sha256.Sum256([]byte(arrow.NewSchema(tb.t.Fields(), nil).String()))
+// columnsHash identifies a table's columns (its Arrow fields) as copied.
+func columnsHash(fields []arrow.Field) string {
+	sum := sha256.Sum256([]byte(arrow.NewSchema(fields, nil).String()))
 	return hex.EncodeToString(sum[:12])
 }
 
@@ -106,7 +128,7 @@ func keepPlan(p *Plan, slot string, slotLSN frontier.LSN, tables []*table) bool 
 	}
 	for _, tb := range tables {
 		pt := p.table(tb.name)
-		if pt == nil || pt.OID != tb.t.OID || pt.Columns != columnsHash(tb) || len(pt.Chunks) == 0 {
+		if pt == nil || pt.OID != tb.t.OID || pt.Columns != columnsHash(tb.t.Fields()) || len(pt.Chunks) == 0 {
 			return false
 		}
 		if pt.Column != "" && tb.keyCol(pt.Column) < 0 {
@@ -152,7 +174,7 @@ func newPlan(ctx context.Context, conn *pgx.Conn, slot string, slotLSN frontier.
 	}
 	p := &Plan{Slot: slot, SlotLSN: slotLSN}
 	for _, tb := range tables {
-		pt := PlanTable{Name: tb.name, OID: tb.t.OID, Columns: columnsHash(tb), EstimatedRows: tb.tuples}
+		pt := PlanTable{Name: tb.name, OID: tb.t.OID, Columns: columnsHash(tb.t.Fields()), EstimatedRows: tb.tuples}
 		n := tb.relpages / chunkPages
 		if tb.relkind == "r" && n > 1 {
 			var col string
@@ -197,12 +219,13 @@ func keyRanges(lo, hi, n int64) []Chunk {
 	return append(out, Chunk{Lo: prev})
 }
 
-// where is the chunk's WHERE condition on column col ("" for none).
-func (c Chunk) where(col string) string {
+// where is the chunk's WHERE condition on column col ("" for none),
+// quoted by quote.
+func (c Chunk) where(col string, quote func(string) string) string {
 	if col == "" {
 		return ""
 	}
-	q := pgx.Identifier{col}.Sanitize()
+	q := quote(col)
 	switch {
 	case c.Lo != nil && c.Hi != nil:
 		return fmt.Sprintf("%s >= %d AND %s < %d", q, *c.Lo, q, *c.Hi)
@@ -218,33 +241,54 @@ func (c Chunk) holds(v int64) bool {
 	return (c.Lo == nil || v >= *c.Lo) && (c.Hi == nil || v < *c.Hi)
 }
 
+// pgQuote quotes a PostgreSQL identifier.
+func pgQuote(col string) string { return pgx.Identifier{col}.Sanitize() }
+
 // chunking is a table's chunks in a resumable snapshot, for the rewind:
-// which LSN a row of it was copied at.
+// which chunk a row of it belongs to, hence where it was copied.
 type chunking struct {
 	col    int // index of the key column; -1: one chunk
 	chunks []Chunk
 }
 
-// lsnOf returns the LSN the chunk of row i of cols was copied at.
-func (ck *chunking) lsnOf(cols []arrow.Array, i int) frontier.LSN {
+// chunkOf returns the index of the chunk of row i of cols.
+func (ck *chunking) chunkOf(cols []arrow.Array, i int) int {
 	if ck.col < 0 || len(ck.chunks) == 1 {
-		return ck.chunks[0].LSN
+		return 0
 	}
 	var v int64
 	switch a := cols[ck.col].(type) {
+	case *array.Int8:
+		v = int64(a.Value(i))
 	case *array.Int16:
 		v = int64(a.Value(i))
 	case *array.Int32:
 		v = int64(a.Value(i))
 	case *array.Int64:
 		v = a.Value(i)
+	case *array.Uint8:
+		v = int64(a.Value(i))
+	case *array.Uint16:
+		v = int64(a.Value(i))
+	case *array.Uint32:
+		v = int64(a.Value(i))
+	case *array.Uint64:
+		if a.Value(i) > math.MaxInt64 {
+			return len(ck.chunks) - 1 // above every bound: the last chunk, open above
+		}
+		v = int64(a.Value(i))
 	}
-	for _, c := range ck.chunks {
+	for k, c := range ck.chunks {
 		if c.holds(v) {
-			return c.LSN
+			return k
 		}
 	}
-	return 0
+	return len(ck.chunks) - 1 // not reached: the chunks cover every value
+}
+
+// lsnOf returns the LSN the chunk of row i of cols was copied at.
+func (ck *chunking) lsnOf(cols []arrow.Array, i int) frontier.LSN {
+	return ck.chunks[ck.chunkOf(cols, i)].LSN
 }
 
 // maxLSN is the latest LSN a chunk was copied at.

@@ -47,7 +47,7 @@ func TestKeyRanges(t *testing.T) {
 		ch   Chunk
 		want string
 	}{{Chunk{Lo: &lo, Hi: &hi}, `"id" >= 5 AND "id" < 9`}, {Chunk{Hi: &hi}, `"id" < 9`}, {Chunk{Lo: &lo}, `"id" >= 5`}, {Chunk{}, ``}} {
-		if got := c.ch.where("id"); got != c.want {
+		if got := c.ch.where("id", pgQuote); got != c.want {
 			t.Errorf("where: %q, want %q", got, c.want)
 		}
 	}

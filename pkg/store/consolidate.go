@@ -80,8 +80,13 @@ func (rs *runSet) release() {
 
 // ents returns the updates of run r with lo <= time < hi, in row order.
 func (rs *runSet) ents(r int, lo, hi uint64) []ent {
+	return rs.appendEnts(make([]ent, 0, len(rs.times[r])), r, lo, hi)
+}
+
+// appendEnts appends the updates of run r with lo <= time < hi to out, in
+// row order.
+func (rs *runSet) appendEnts(out []ent, r int, lo, hi uint64) []ent {
 	times, diffs := rs.times[r], rs.diffs[r]
-	out := make([]ent, 0, len(times))
 	var pc column
 	if len(rs.cols) > 0 {
 		pc = rs.cols[0]
@@ -331,16 +336,23 @@ func (rs *runSet) sortTimeRow(es []ent) {
 
 // consolidate sums the diffs of adjacent updates that are equal under eq
 // and drops zero sums, in place.
+//
+// The sum is kept in a local and eq sees &es[i], not the address of a
+// copy: a copy passed to a func value escapes, and that was one heap
+// allocation per update (a third of a streaming read's allocations).
+// es[i] is still intact when eq reads it: out is at most at index i.
 func consolidate(es []ent, eq func(a, b *ent) bool) []ent {
 	out := es[:0]
 	for i := 0; i < len(es); {
-		e := es[i]
+		d := es[i].diff
 		j := i + 1
-		for j < len(es) && eq(&e, &es[j]) {
-			e.diff += es[j].diff
+		for j < len(es) && eq(&es[i], &es[j]) {
+			d += es[j].diff
 			j++
 		}
-		if e.diff != 0 {
+		if d != 0 {
+			e := es[i]
+			e.diff = d
 			out = append(out, e)
 		}
 		i = j
@@ -369,13 +381,34 @@ func (rs *runSet) mergeRows(lists [][]ent) []ent {
 // mergeBy merges lists each sorted and consolidated under cmp into one,
 // summing the diffs of updates cmp calls equal and dropping zeros.
 func (rs *runSet) mergeBy(lists [][]ent, cmp func(a, b *ent) int) []ent {
+	return mergeInto(lists, cmp, nil)
+}
+
+// mergeInto is mergeBy writing the k-th pairwise merge into (*bufs)[k]
+// (grown as needed; nil: fresh slices), so that a caller merging window
+// after window reuses the same memory. The result may be one of lists or
+// of *bufs.
+func mergeInto(lists [][]ent, cmp func(a, b *ent) int, bufs *[][]ent) []ent {
 	if len(lists) == 0 {
 		return nil
 	}
+	k := 0
 	for len(lists) > 1 {
 		var next [][]ent
 		for i := 0; i+1 < len(lists); i += 2 {
-			next = append(next, merge2(lists[i], lists[i+1], cmp))
+			var out []ent
+			if bufs != nil {
+				if k == len(*bufs) {
+					*bufs = append(*bufs, nil)
+				}
+				out = (*bufs)[k][:0]
+			}
+			out = merge2(out, lists[i], lists[i+1], cmp)
+			if bufs != nil {
+				(*bufs)[k] = out
+			}
+			k++
+			next = append(next, out)
 		}
 		if len(lists)%2 == 1 {
 			next = append(next, lists[len(lists)-1])
@@ -385,8 +418,10 @@ func (rs *runSet) mergeBy(lists [][]ent, cmp func(a, b *ent) int) []ent {
 	return lists[0]
 }
 
-func merge2(a, b []ent, cmp func(a, b *ent) int) []ent {
-	out := make([]ent, 0, len(a)+len(b))
+// merge2 appends the merge of a and b to out (which must not overlap
+// them).
+func merge2(out, a, b []ent, cmp func(a, b *ent) int) []ent {
+	out = slices.Grow(out, len(a)+len(b))
 	i, j := 0, 0
 	for i < len(a) && j < len(b) {
 		c := cmp(&a[i], &b[j])

@@ -17,9 +17,20 @@ type mergeSrc struct {
 	// source time until their binding); the row order stays.
 	retime bool
 	at     uint64
+	// piece, when positive, is the most rows a record of pend has: a
+	// longer one is cut into slices (sharing its buffers), queued in
+	// later, so that a window of a merge of many runs stays near one row
+	// group rather than one group of each run.
+	piece int64
+	later []arrow.Record
 }
 
 func (s *mergeSrc) load() error {
+	if len(s.later) > 0 {
+		s.pend = append(s.pend, s.later[0])
+		s.later = s.later[1:]
+		return nil
+	}
 	for !s.done {
 		rec, err := s.next()
 		if err != nil {
@@ -33,11 +44,47 @@ func (s *mergeSrc) load() error {
 			rec.Release()
 			continue
 		}
+		if n := rec.NumRows(); s.piece > 0 && n > s.piece {
+			for lo := s.piece; lo < n; lo += s.piece {
+				s.later = append(s.later, rec.NewSlice(lo, min(lo+s.piece, n)))
+			}
+			head := rec.NewSlice(0, s.piece)
+			rec.Release()
+			rec = head
+		}
 		s.pend = append(s.pend, rec)
 		return nil
 	}
 	return nil
 }
+
+// fill loads records until pend holds at least rows rows, the source is
+// done, or a load yields nothing more.
+func (s *mergeSrc) fill(rows int64) error {
+	for {
+		held := int64(0)
+		for _, r := range s.pend {
+			held += r.NumRows()
+		}
+		if held >= rows || (s.done && len(s.later) == 0) {
+			return nil
+		}
+		n := len(s.pend)
+		if err := s.load(); err != nil {
+			return err
+		}
+		if len(s.pend) == n {
+			return nil
+		}
+	}
+}
+
+// windowRows is about the most rows a window of mergeRuns takes from all
+// its runs together (each run's share is at least minPiece).
+const (
+	windowRows = DefaultGroupRows
+	minPiece   = 1024
+)
 
 // mergeOpts say what a merge takes and how it consolidates.
 type mergeOpts struct {
@@ -48,6 +95,13 @@ type mergeOpts struct {
 	// perRow consolidates per row over all times (a read as of a time;
 	// the first time of a row is kept); otherwise per (row, time).
 	perRow bool
+	// fillRows, when positive, tops each source's pending rows up to
+	// fillRows/len(srcs) (whole groups or pieces) before a window is cut,
+	// so that runs of small groups (a snapshot's chunks: 2k rows) still
+	// give windows of about fillRows rows, not of the smallest group: a
+	// window has a fixed cost (a runSet, slices of each pending record,
+	// a record to build and hand over).
+	fillRows int64
 }
 
 // mergeRuns merges sorted runs (each yields records of the user fields,
@@ -59,19 +113,39 @@ type mergeOpts struct {
 // of each run (more only while one row spans several groups of a run).
 //
 // Each window ends just before the smallest last row of the runs' current
-// groups (the bound): every run's later rows are at or after it.
+// groups (the bound): every run's later rows are at or after it. A run's
+// groups are taken in pieces of windowRows/len(srcs) rows, so a merge of
+// 16 runs of 64k-row groups holds 16 decoded groups but builds windows
+// of about 64k rows, not 1M (heap profile of a Kafka upsert ingest's
+// compaction: 93 MB of one window's output columns).
 func mergeRuns(user []arrow.Field, srcs []*mergeSrc, o mergeOpts, emit func(rs *runSet, es []ent) error) error {
 	defer func() {
 		for _, s := range srcs {
 			runs(s.pend).release()
-			s.pend = nil
+			runs(s.later).release()
+			s.pend, s.later = nil, nil
 		}
 	}()
+	fill := int64(0)
+	if len(srcs) > 0 {
+		fill = o.fillRows / int64(len(srcs))
+	}
 	for _, s := range srcs {
+		s.piece = max(windowRows/int64(len(srcs)), minPiece)
 		if err := s.load(); err != nil {
 			return err
 		}
+		if err := s.fill(fill); err != nil {
+			return err
+		}
 	}
+	// The entries of each source and of the pairwise merges are rebuilt
+	// for every window in the same memory (emit's es is valid during the
+	// call only): a window is a few thousand rows, and fresh slices for
+	// each were a third of a streaming read's allocations, and of the GC
+	// work they cause.
+	srcEnts := make([][]ent, len(srcs))
+	var mergeBufs [][]ent
 	for {
 		rs, err := newRunSet(user)
 		if err != nil {
@@ -102,7 +176,7 @@ func mergeRuns(user []arrow.Field, srcs []*mergeSrc, o mergeOpts, emit func(rs *
 		// Each source's updates below the bound, in (row, time) order.
 		lists := make([][]ent, 0, len(srcs))
 		for si, s := range srcs {
-			var es []ent
+			es := srcEnts[si][:0]
 			var rest []arrow.Record
 			for k, rec := range s.pend {
 				r, n := runIdx[si][k], int(rec.NumRows())
@@ -119,7 +193,7 @@ func mergeRuns(user []arrow.Field, srcs []*mergeSrc, o mergeOpts, emit func(rs *
 					if cut < n {
 						part.Release()
 					}
-					es = append(es, rs.ents(pr, o.lo, o.hi)...)
+					es = rs.appendEnts(es, pr, o.lo, o.hi)
 				}
 				if cut < n {
 					tail := rec
@@ -144,6 +218,7 @@ func mergeRuns(user []arrow.Field, srcs []*mergeSrc, o mergeOpts, emit func(rs *
 					es[i].time = max(es[i].time, o.advance)
 				}
 			}
+			srcEnts[si] = es
 			if o.perRow {
 				es = rs.consolidateRow(es)
 			} else {
@@ -153,12 +228,11 @@ func mergeRuns(user []arrow.Field, srcs []*mergeSrc, o mergeOpts, emit func(rs *
 				lists = append(lists, es)
 			}
 		}
-		var es []ent
+		cmp := rs.cmpRowTime
 		if o.perRow {
-			es = rs.mergeRows(lists)
-		} else {
-			es = rs.mergeBy(lists, rs.cmpRowTime)
+			cmp = rs.cmpRow
 		}
+		es := mergeInto(lists, cmp, &mergeBufs)
 		if len(es) > 0 {
 			err = emit(rs, es)
 		}
@@ -177,6 +251,13 @@ func mergeRuns(user []arrow.Field, srcs []*mergeSrc, o mergeOpts, emit func(rs *
 			// Its rest is the bound row only: the next group decides.
 			if err := srcs[boundSrc].load(); err != nil {
 				return err
+			}
+		}
+		if fill > 0 {
+			for _, s := range srcs {
+				if err := s.fill(fill); err != nil {
+					return err
+				}
 			}
 		}
 	}

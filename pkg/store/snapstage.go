@@ -50,11 +50,17 @@ func (s *Store) NewSnapshotStage(source string, schema *arrow.Schema, runs [][]B
 	if err != nil {
 		return nil, fmt.Errorf("stage snapshot of %s: %w", source, err)
 	}
+	return s.durableStage(dir, "snapshot of "+source, schema, runs)
+}
+
+// durableStage is a stage in dir (named what) whose files are synced
+// before Write returns, holding runs (read back from a record).
+func (s *Store) durableStage(dir, what string, schema *arrow.Schema, runs [][]BatchMeta) (*Stage, error) {
 	user, err := checkUserSchema(stripStaged(schema))
 	if err != nil {
-		return nil, fmt.Errorf("stage snapshot of %s: %w", source, err)
+		return nil, fmt.Errorf("stage %s: %w", what, err)
 	}
-	sg := s.stageIn(dir, "snapshot of "+source, user)
+	sg := s.stageIn(dir, what, user)
 	// Synced; and small groups, since the commit merges a group of every
 	// run at once.
 	sg.files.scratch, sg.files.groupRows = false, snapshotGroupRows
@@ -64,7 +70,7 @@ func (s *Store) NewSnapshotStage(source string, schema *arrow.Schema, runs [][]B
 		}
 		for _, b := range run {
 			if b.Lower != 0 || b.Upper != 0 {
-				return nil, fmt.Errorf("stage snapshot of %s: staged file %s has times [%d, %d), want the stage's own: %w", source, b.File, b.Lower, b.Upper, ErrInvalid)
+				return nil, fmt.Errorf("stage %s: staged file %s has times [%d, %d), want the stage's own: %w", what, b.File, b.Lower, b.Upper, ErrInvalid)
 			}
 		}
 		var n int64
@@ -191,20 +197,32 @@ func (s *Store) SweepSnapshot(source string, keep map[string]bool) (int, error) 
 	if err != nil {
 		return 0, fmt.Errorf("sweep snapshot of %s: %w", source, err)
 	}
+	n, err := s.sweepDir(dir, func(name string) bool {
+		return name == SnapshotRecordName || name == SnapshotProgressName || keep[name]
+	})
+	if err != nil {
+		return n, fmt.Errorf("sweep snapshot of %s: %w", source, err)
+	}
+	return n, nil
+}
+
+// sweepDir removes every file of dir that keep rejects, and returns how
+// many it removed (temporary files not counted).
+func (s *Store) sweepDir(dir string, keep func(name string) bool) (int, error) {
 	files, err := s.fs.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("sweep snapshot of %s: %w", source, err)
+		return 0, err
 	}
 	n := 0
 	for _, f := range files {
-		if f.Name() == SnapshotRecordName || f.Name() == SnapshotProgressName || keep[f.Name()] {
+		if keep(f.Name()) {
 			continue
 		}
 		if err := s.fs.Remove(filepath.Join(dir, f.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return n, fmt.Errorf("sweep snapshot of %s: %w", source, err)
+			return n, err
 		}
 		if !strings.HasPrefix(f.Name(), tmpPrefix) {
 			n++

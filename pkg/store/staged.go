@@ -35,6 +35,8 @@ type Stage struct {
 	rows  int64
 	// minTime and maxTime bound the staged rows' _time (valid when rows > 0).
 	minTime, maxTime uint64
+	// borrowed: Release leaves the files (Borrow).
+	borrowed bool
 }
 
 // stagedDir returns the staged directory of source.
@@ -62,8 +64,8 @@ func (s *Store) SweepStaged(source string) error {
 		return fmt.Errorf("sweep staged files of %s: %w", source, err)
 	}
 	for _, f := range files {
-		if f.Name() == snapshotDirName {
-			continue // a resumable snapshot's (SnapshotStage), swept by its owner
+		if f.Name() == snapshotDirName || f.Name() == copiesDirName {
+			continue // a resumable snapshot's or re-snapshots' copies, swept by their owner
 		}
 		if err := s.fs.Remove(filepath.Join(dir, f.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("sweep staged files of %s: %w", source, err)
@@ -288,9 +290,12 @@ func (sg *Stage) each(ctx context.Context, retime bool, at uint64, fn func(rec a
 	}
 }
 
-// Release removes the stage's files.
+// Release removes the stage's files (a borrowed stage's stay).
 func (sg *Stage) Release() {
 	for _, run := range sg.runs {
+		if sg.borrowed {
+			break
+		}
 		for _, b := range run {
 			sg.files.st.fs.Remove(filepath.Join(sg.files.dir, b.File))
 		}

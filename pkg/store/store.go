@@ -472,6 +472,35 @@ func (s *Store) handle(kind, name string) (*Shard, error) {
 	return sh, nil
 }
 
+// CompactCrowded compacts the shards this handle has open whose cached
+// manifest lists at least batches batches (an ingest's own collections,
+// between its timed compactions). Every commit writes the whole manifest,
+// so a collection that gains a batch per binding makes each commit
+// costlier until it is compacted: a Kafka ingest at 10 bindings a second
+// spent its commits encoding a 500 KB manifest before its first
+// compaction (rtrctl bench kafka, docs/kafka.md).
+func (s *Store) CompactCrowded(ctx context.Context, batches int) ([]CompactResult, error) {
+	s.mu.Lock()
+	var crowded []*Shard
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		if sh.cur != nil && len(sh.cur.Batches) >= batches {
+			crowded = append(crowded, sh)
+		}
+		sh.mu.Unlock()
+	}
+	s.mu.Unlock()
+	var out []CompactResult
+	for _, sh := range crowded {
+		r, err := sh.Compact(ctx)
+		if err != nil {
+			return out, fmt.Errorf("compact store: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
 // Compact compacts every shard (collections and remap shards) and reports
 // what it did per shard.
 func (s *Store) Compact(ctx context.Context) ([]CompactResult, error) {

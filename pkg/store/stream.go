@@ -66,7 +66,7 @@ func (sh *Shard) streamAsOf(ctx context.Context, op string, t uint64, start func
 		if err := start(g); err != nil {
 			return noRetry(err)
 		}
-		recs, stop, wait := mergeAsync(ctx, g.sc.user.Fields(), srcs, mergeOpts{hi: t + 1, perRow: true}, func(rs *runSet, es []ent) arrow.Record {
+		recs, stop, wait := mergeAsync(ctx, g.sc.user.Fields(), srcs, mergeOpts{hi: t + 1, perRow: true, fillRows: sh.st.groupRows()}, func(rs *runSet, es []ent) arrow.Record {
 			return build(g, rs, es)
 		})
 		defer stop()
