@@ -24,7 +24,7 @@ func TestStateTable(t *testing.T) {
 		}
 		model := map[string]*entry{}
 		keys := 50 + rng.IntN(3000)
-		compactions := 0
+		compactions, removedMany := 0, 0
 		for step := 0; step < 40000; step++ {
 			k := []byte(fmt.Sprintf("key-%d-%s", rng.IntN(keys), bytes.Repeat([]byte("x"), rng.IntN(3)*7)))
 			id, ok, h := tab.find(k)
@@ -42,17 +42,31 @@ func TestStateTable(t *testing.T) {
 				}
 			}
 			switch op := rng.IntN(10); {
+			case step == 15000 || step == 30000:
+				// Many at once (an eviction): about half the keys.
+				var drop []uint32
+				tab.each(func(id uint32) {
+					if rng.IntN(2) == 0 {
+						drop = append(drop, id)
+						delete(model, string(tab.key(id)))
+					}
+				})
+				tab.removeMany(drop)
+				removedMany++
 			case op < 2 && ok:
 				tab.remove(id)
 				delete(model, string(k))
 			default:
 				v := bytes.Repeat([]byte{byte(step)}, []int{0, 1, 8, 30, 100, 300}[rng.IntN(6)])
+				// Compaction shrinks the arena, in add's allocation or in
+				// setValue's (which of them meets the garbage first depends
+				// on the table's random hash seed).
+				before := len(tab.arena)
 				if !ok {
 					id = tab.add(k, h, len(v))
 					m = &entry{}
 					model[string(k)] = m
 				}
-				before := len(tab.arena)
 				tab.setValue(id, v)
 				if len(tab.arena) < before {
 					compactions++
@@ -80,6 +94,9 @@ func TestStateTable(t *testing.T) {
 		}
 		if compactions == 0 {
 			t.Errorf("seed %d: the arena was never compacted", seed)
+		}
+		if removedMany == 0 {
+			t.Errorf("seed %d: removeMany never ran", seed)
 		}
 		if live := len(tab.arena) - tab.garbage; tab.garbage > 1<<16 && tab.garbage > 2*live+(1<<16) {
 			t.Errorf("seed %d: %d bytes of garbage for %d in use", seed, tab.garbage, live)

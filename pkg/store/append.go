@@ -245,7 +245,7 @@ func (sh *Shard) casAppend(ctx context.Context, expected, newUpper uint64, ops c
 		next.Version = m.Version + 1
 		next.Upper = newUpper
 		ops.apply(next, batch)
-		linked, err := sh.commit(ctx, next)
+		linked, err := sh.commit(ctx, m, next)
 		if errors.Is(err, errLostRace) {
 			m2, rerr := sh.refresh(ctx)
 			if rerr == nil && m2.Upper == expected && attempt < maxCommitRetries {

@@ -162,7 +162,7 @@ func TestReadsFilesWithoutGroupIndex(t *testing.T) {
 	for i := range old.Batches {
 		old.Batches[i].Groups = nil
 	}
-	if _, err := sh.commit(ctx, old); err != nil {
+	if _, err := sh.commit(ctx, cur, old); err != nil {
 		t.Fatal(err)
 	}
 	// A fresh handle reads the rewritten manifest from disk.

@@ -115,17 +115,33 @@ func testLoseManifestRace(t *testing.T, b testBackend) {
 		name       string
 		competitor func(ctx context.Context, sh *Shard) error
 		wantErr    bool
+		actual     uint64 // the upper the loser is told
 	}{
 		{"append wins", func(ctx context.Context, sh *Shard) error {
 			rec := buildRecord(t, testFields, []upd{{[]any{int64(7), "other"}, 10, 1}})
 			defer rec.Release()
 			_, err := sh.Append(ctx, 10, 20, rec)
 			return err
-		}, true},
+		}, true, 20},
+		// So many that version N+1's manifest is pruned before this
+		// writer links it: the name is free again, but the version is
+		// taken (CI saw "version 44 committed 2 times" in
+		// TestConcurrentWriters under load).
+		{"appends win and prune the version", func(ctx context.Context, sh *Shard) error {
+			for up := uint64(10); up < 10*(DefaultKeepManifests+2); up += 10 {
+				rec := buildRecord(t, testFields, []upd{{[]any{int64(7), "other"}, up, 1}})
+				_, err := sh.Append(ctx, up, up+10, rec)
+				rec.Release()
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		}, true, 10 * (DefaultKeepManifests + 2)},
 		{"compaction wins", func(ctx context.Context, sh *Shard) error {
 			_, err := sh.Compact(ctx)
 			return err
-		}, false},
+		}, false, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -160,8 +176,8 @@ func testLoseManifestRace(t *testing.T, b testBackend) {
 			_, err = sh.Append(ctx, 10, 20, rec)
 			var um *UpperMismatchError
 			if tc.wantErr {
-				if !errors.As(err, &um) || um.Expected != 10 || um.Actual != 20 {
-					t.Fatalf("want mismatch expected 10 actual 20, got %v", err)
+				if !errors.As(err, &um) || um.Expected != 10 || um.Actual != tc.actual {
+					t.Fatalf("want mismatch expected 10 actual %d, got %v", tc.actual, err)
 				}
 				// The loser's batch file is gone.
 				info, _ := sh.Info(ctx)
@@ -657,4 +673,68 @@ func appendKeys(t *testing.T, sh *Shard, lo, hi uint64) {
 		}
 		rec.Release()
 	}
+}
+
+// afterLinkFS runs hook once right after the first manifest Link, before
+// the linking writer looks for newer versions.
+type afterLinkFS struct {
+	FS
+	once sync.Once
+	hook func()
+}
+
+func (f *afterLinkFS) Link(oldpath, newpath string) error {
+	err := f.FS.Link(oldpath, newpath)
+	if err == nil && strings.HasPrefix(filepath.Base(newpath), manifestPrefix) {
+		f.once.Do(f.hook)
+	}
+	return err
+}
+
+// TestCommitBuiltUpon has another writer commit on top of this writer's
+// version between its manifest link and its check for newer versions
+// (CI saw "58 commits, want 60" in TestConcurrentWriters on gofakes3): a
+// newer version built on ours means ours won, not that it lost.
+func TestCommitBuiltUpon(t *testing.T) { forBackends(t, testCommitBuiltUpon) }
+
+func testCommitBuiltUpon(t *testing.T, b testBackend) {
+	ctx := context.Background()
+	dir := b.dir(t)
+	createTest(t, openTest(t, dir, Options{}), "db.t", testFields)
+	osh, err := openTest(t, dir, Options{}).Shard(ctx, "db.t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	afs := &afterLinkFS{FS: baseFS(t, dir)}
+	afs.hook = func() {
+		if err := osh.Refresh(ctx); err != nil {
+			t.Error(err)
+			return
+		}
+		rec := buildRecord(t, testFields, []upd{{[]any{int64(2), "theirs"}, 15, 1}})
+		defer rec.Release()
+		if _, err := osh.Append(ctx, 10, 20, rec); err != nil {
+			t.Errorf("competitor building on the new version: %v", err)
+		}
+	}
+	sh, err := openTest(t, dir, Options{FS: afs}).Shard(ctx, "db.t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := buildRecord(t, testFields, []upd{{[]any{int64(1), "mine"}, 5, 1}})
+	defer rec.Release()
+	res, err := sh.Append(ctx, 0, 10, rec)
+	if err != nil {
+		t.Fatalf("an append another writer built upon must succeed: %v", err)
+	}
+	if res.Version != 2 || res.Upper != 10 {
+		t.Fatalf("append result %+v, want version 2 upper 10", res)
+	}
+	m := &model{ups: []upd{{[]any{int64(1), "mine"}, 5, 1}, {[]any{int64(2), "theirs"}, 15, 1}}}
+	fresh, err := openTest(t, dir, Options{}).Shard(ctx, "db.t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAsOf(t, ctx, fresh, m, 2, 19)
+	checkChanges(t, ctx, fresh, m, 2, 0, 19)
 }

@@ -80,6 +80,12 @@ type Manifest struct {
 	// so a reader of an older version can finish. Carried forward by every
 	// commit until then.
 	Retired []RetiredFile `json:"retired,omitempty"`
+	// Commit is a random identity of this manifest (16 hex digits), and
+	// Parent the Commit of the version it was built on: a writer that
+	// finds a newer version right after creating its own tells "built on
+	// mine" (it won) from "mine was a pruned name reused" (it lost).
+	Commit string `json:"commit,omitempty"`
+	Parent string `json:"parent,omitempty"`
 	// Checksum is "crc32c:<8 hex>": CRC-32C of the file without this
 	// field (encodeManifest); it must stay the last field. A manifest
 	// without it (written before it existed) is read unchecked.

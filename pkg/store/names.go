@@ -1,6 +1,7 @@
 package store
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -90,4 +91,11 @@ func unescapeName(s string) (string, error) {
 		i += 2
 	}
 	return b.String(), nil
+}
+
+// randomHex returns n random bytes in hex: unique names and identities.
+func randomHex(n int) string {
+	r := make([]byte, n)
+	rand.Read(r)
+	return hex.EncodeToString(r)
 }

@@ -234,6 +234,47 @@ func TestS3SelfTest(t *testing.T) {
 	}
 }
 
+// TestS3ConcurrentOpen: processes opening one new store at once (an
+// ingest and its readers) each write and delete a probe object in the
+// same fresh prefix. versitygw keeps a prefix as a directory and removes
+// it when its last object goes, so one process's delete can race
+// another's write into it: the write fails with 409
+// ExistingObjectIsDirectory, a transient error, which must be retried
+// rather than fail the open. (Before the retry, this failed within the
+// first 20 rounds; the store sits two levels down, as s3://b/stores/one
+// does, so the emptied directories are the store's own.)
+func TestS3ConcurrentOpen(t *testing.T) {
+	for _, b := range []testBackend{fakeBackend, vgwBackend} {
+		t.Run(b.name, func(t *testing.T) {
+			// Six "processes", each with its own client, kept across the
+			// rounds (a client per round leaks its idle connections).
+			fss := make([]*S3FS, 6)
+			for i := range fss {
+				fss[i] = baseFS(t, b.dir(t)).(*S3FS)
+			}
+			for round := 0; round < 200; round++ {
+				dir := b.dir(t)
+				var wg sync.WaitGroup
+				errs := make([]error, len(fss))
+				for i := range errs {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						f := fss[i]
+						for k := 0; k < 3 && errs[i] == nil; k++ {
+							errs[i] = f.SelfTest(s3Path(dir) + "/a/b")
+						}
+					}()
+				}
+				wg.Wait()
+				if err := errors.Join(errs...); err != nil {
+					t.Fatalf("round %d: concurrent self-tests of one new prefix: %v", round, err)
+				}
+			}
+		})
+	}
+}
+
 // s3Path is the path in its FS of a store location: the key prefix of an
 // s3:// one (after the bucket).
 func s3Path(loc string) string {

@@ -389,17 +389,18 @@ func (sh *Shard) create(ctx context.Context, user *arrow.Schema) error {
 		}
 		m := &Manifest{Format: FormatVersion, Kind: sh.kind, Name: sh.name, Version: 1,
 			Schema: enc, Columns: columnInfos(user), Batches: []BatchMeta{}}
-		if _, err := sh.commit(ctx, m); err != nil && !errors.Is(err, errLostRace) {
+		if _, err := sh.commit(ctx, nil, m); err != nil && !errors.Is(err, errLostRace) {
 			return fmt.Errorf("create %s: %w", sh.what(), err)
 		}
 		// Created by us or by a concurrent creator: loop to check.
 	}
 }
 
-// commit creates manifest version next.Version exclusively. linked reports
-// whether the manifest became visible (an error after that is a failed
-// directory sync: the commit may or may not be durable).
-func (sh *Shard) commit(ctx context.Context, next *Manifest) (linked bool, err error) {
+// commit creates manifest version next.Version, built on base (nil for
+// the first), exclusively. linked reports whether the manifest became
+// visible (an error after that leaves the commit in doubt: it may or may
+// not be durable, or the head).
+func (sh *Shard) commit(ctx context.Context, base, next *Manifest) (linked bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("commit %s: %w", sh.what(), err)
 	}
@@ -408,6 +409,11 @@ func (sh *Shard) commit(ctx context.Context, next *Manifest) (linked bool, err e
 		return false, fmt.Errorf("commit %s: %w", sh.what(), err)
 	}
 	next.Epoch = epoch
+	next.Parent = ""
+	if base != nil {
+		next.Parent = base.Commit
+	}
+	next.Commit = randomHex(8)
 	data, err := encodeManifest(next)
 	if err != nil {
 		return false, fmt.Errorf("commit %s: %w", sh.what(), err)
@@ -424,6 +430,25 @@ func (sh *Shard) commit(ctx context.Context, next *Manifest) (linked bool, err e
 		}
 		return false, fmt.Errorf("commit %s: link manifest: %w", sh.what(), err)
 	}
+	// The name was free, but the version may not be: other writers that
+	// committed KeepManifests versions past it meanwhile have pruned its
+	// manifest (this one waited between its last read of the head and
+	// the link). Then a newer manifest exists, and readers never take
+	// this one: it lost. A newer version can also be another writer's,
+	// built on this one since the link: then this one won.
+	switch newer, err := sh.newerThan(next.Version); {
+	case err != nil:
+		return true, fmt.Errorf("commit %s: list manifests after creating version %d (it may or may not be the head; replay the append from the expected upper): %w", sh.what(), next.Version, err)
+	case newer:
+		built, err := sh.builtUpon(next)
+		if err != nil {
+			return true, fmt.Errorf("commit %s: read the version after %d, created meanwhile (version %d may or may not have won; replay the append from the expected upper): %w", sh.what(), next.Version, next.Version, err)
+		}
+		if !built {
+			sh.st.fs.Remove(final)
+			return false, errLostRace
+		}
+	}
 	if err := sh.st.fs.SyncDir(sh.dir); err != nil {
 		return true, fmt.Errorf("commit %s: sync directory after creating manifest version %d (it may or may not be durable; replay the append from the expected upper): %w", sh.what(), next.Version, err)
 	}
@@ -434,6 +459,41 @@ func (sh *Shard) commit(ctx context.Context, next *Manifest) (linked bool, err e
 		sh.st.fs.Remove(filepath.Join(sh.dir, manifestName(old-uint64(sh.st.opts.KeepManifests))))
 	}
 	return true, nil
+}
+
+// builtUpon reports whether version m.Version+1 was built on m: its
+// Parent is m's Commit.
+func (sh *Shard) builtUpon(m *Manifest) (bool, error) {
+	path := filepath.Join(sh.dir, manifestName(m.Version+1))
+	b, err := readFile(sh.st.fs, path)
+	if err != nil {
+		return false, err
+	}
+	after, err := decodeManifest(b)
+	if err != nil {
+		return false, &CorruptError{Path: path, Detail: err.Error()}
+	}
+	return after.Parent == m.Commit, nil
+}
+
+// newerThan reports whether a manifest of a version after v exists.
+func (sh *Shard) newerThan(v uint64) (bool, error) {
+	var ents []fs.DirEntry
+	var err error
+	if al, ok := sh.st.fs.(afterLister); ok {
+		ents, err = al.ListAfter(sh.dir, manifestPrefix, manifestName(v))
+	} else {
+		ents, err = sh.st.fs.ReadDir(sh.dir)
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, e := range ents {
+		if n, ok := parseManifestName(e.Name()); ok && n > v {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // writeBatch writes rec as a new batch file covering [lower, upper):
