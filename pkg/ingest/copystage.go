@@ -9,6 +9,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 
 	"github.com/rtrctl/rtrctl/internal/arrowutil"
+	"github.com/rtrctl/rtrctl/internal/retry"
 	"github.com/rtrctl/rtrctl/pkg/frontier"
 	"github.com/rtrctl/rtrctl/pkg/pipe"
 	"github.com/rtrctl/rtrctl/pkg/reclock"
@@ -26,6 +27,21 @@ import (
 // files, which then stay (store.Stage.Borrow) until its stream starts
 // past T. A crash leaves the files of copies no kept copy names: the next
 // stream's start removes them (sweepKept) before it copies anything.
+
+// copyInterrupted is the error of a sink's hand-over of coll's
+// re-snapshot at at (its text) whose copy failed with err, when that is
+// no fact of the upstream: the copy was cut short by the ingest stopping
+// (ctx is done) or by a transient failure (a killed connection, a server
+// restart). The error is transient: the ingest's attempt ends without
+// recording anything, and the next resumes from the store, before the
+// change that asked for the copy, which copies again. Any other failure
+// is nil here: the collection's definite error at at.
+func copyInterrupted(ctx context.Context, coll, at string, err error) error {
+	if err == nil || (ctx.Err() == nil && !retry.Transient(err)) {
+		return nil
+	}
+	return retry.MarkTransient(fmt.Errorf("re-snapshot of %s at %s: copy again: %w", coll, at, err))
+}
 
 // copyStager is the pipe.Sink of a re-snapshot's copy (snapshot.Copy,
 // snapshot.MySQLCopy).

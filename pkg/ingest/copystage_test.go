@@ -187,6 +187,63 @@ func TestPGResnapshotStagedInRuns(t *testing.T) {
 	t.Logf("%d rows copied in %d runs, at most %d held", copied, runs, peak)
 }
 
+// TestPGResnapshotInterrupted is TestMySQLIngestResnapshotInterrupted
+// for PostgreSQL: the re-snapshot's copy waits, creating the slot of its
+// snapshot, for a transaction with an xid to end; with its walsender
+// terminated, or the ingest stopped, it is copied again and the
+// collection ends exact.
+func TestPGResnapshotInterrupted(t *testing.T) {
+	pt := newPGTable(t, "rtr_resnap_cut", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 100) g")
+	blocker, err := pgx.Connect(t.Context(), pt.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Close(context.Background())
+	query := func(c *pgx.Conn, qs ...string) {
+		t.Helper()
+		for _, q := range qs {
+			if _, err := c.Exec(t.Context(), q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+	}
+	r := pt.start(PGConfig{})
+	t.Cleanup(func() { r.stop(t) })
+	r.wait(t, pt, func(string) bool { return true })
+	// blockedCopy makes the change alter ask for a re-snapshot while a
+	// transaction holds an xid, and returns the pid of the copy's
+	// walsender, waiting for it to end.
+	blockedCopy := func(alter string) int {
+		t.Helper()
+		query(blocker, "BEGIN", "SELECT txid_current()")
+		pt.exec(t, alter, "UPDATE t SET v = v || 'x' WHERE id % 10 = 0")
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			var pid int
+			err := pt.conn.QueryRow(t.Context(), "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'walsender' AND query LIKE 'CREATE_REPLICATION_SLOT%' AND wait_event IS NOT NULL").Scan(&pid)
+			if err == nil {
+				return pid
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				t.Fatal(err)
+			}
+		}
+		t.Fatal("no re-snapshot copy waits to create its slot")
+		return 0
+	}
+	done := func(n int) func(string) bool {
+		return func(log string) bool { return strings.Count(log, `msg="re-snapshot done"`) >= n }
+	}
+	pid := blockedCopy("ALTER TABLE t ADD COLUMN w int")
+	pt.exec(t, fmt.Sprintf("SELECT pg_terminate_backend(%d)", pid))
+	query(blocker, "COMMIT")
+	r.wait(t, pt, done(1))
+	blockedCopy("ALTER TABLE t ADD COLUMN x int")
+	r.stop(t)
+	query(blocker, "COMMIT")
+	r = pt.start(PGConfig{})
+	r.wait(t, pt, done(1))
+}
+
 // TestPGResnapshotKeyedStateOnDisk: the re-snapshot of a REPLICA
 // IDENTITY DEFAULT table after ADD COLUMN reads the table's new key state
 // from the staged copy straight into the state on disk: the state has

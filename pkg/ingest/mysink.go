@@ -373,6 +373,10 @@ func (s *mySink) limit(progress frontier.Frontier) (frontier.Frontier, error) {
 func (s *mySink) finish(j *myResnap) error {
 	defer j.release()
 	log := s.m.log
+	if err := copyInterrupted(s.ctx, j.coll, gtidText(j.at), j.err); err != nil {
+		log.Warn("re-snapshot interrupted", "source", s.m.cfg.Source, "collection", j.coll, "error", j.err)
+		return err
+	}
 	if j.err != nil || j.copied == nil {
 		log.Warn("re-snapshot failed", "source", s.m.cfg.Source, "collection", j.coll, "error", j.err)
 		s.unstate(j.coll)

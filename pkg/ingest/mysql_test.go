@@ -35,6 +35,12 @@ func startMyIngest(t *testing.T, m *testenv.MariaDB, tables []string) *myIngest 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startMyIngestOn(t, m, st, tables)
+}
+
+// startMyIngestOn is startMyIngest into st (a restart).
+func startMyIngestOn(t *testing.T, m *testenv.MariaDB, st *store.Store, tables []string) *myIngest {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &myIngest{st: st, cancel: cancel, done: make(chan error, 1)}
 	go func() {
@@ -228,6 +234,62 @@ func TestMySQLIngestConnectionLost(t *testing.T) {
 	}
 	_, n := r.lastSession()
 	t.Logf("%d rows equal after %d sessions", len(got), n)
+}
+
+// TestMySQLIngestResnapshotInterrupted: a re-snapshot whose copy is
+// interrupted, by its connection being killed or by the ingest being
+// stopped, is not a definite error of the collection: it is copied again
+// (at once, or after the restart) and the collection ends exact.
+func TestMySQLIngestResnapshotInterrupted(t *testing.T) {
+	m, db, c := myDatabase(t)
+	locker, err := m.Connect(t.Context(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close()
+	myQuery(t, c, "CREATE TABLE t (id int PRIMARY KEY, v int)", "INSERT INTO t VALUES (1, 1)")
+	coll := db + ".t"
+	colls := []string{coll}
+	r := startMyIngest(t, m, colls)
+	r.caughtUp(t, myUpstream(t, c), colls)
+	// blockedCopy alters t under a table lock, so that the re-snapshot's
+	// copy waits for the lock, and returns the copy's connection id.
+	next := 1
+	blockedCopy := func(alter string) int64 {
+		t.Helper()
+		next++
+		myQuery(t, locker, "LOCK TABLES t WRITE", alter, fmt.Sprintf("INSERT INTO t (id, v) VALUES (%d, 2)", next))
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			res, err := c.Execute("SELECT id FROM information_schema.processlist WHERE state LIKE '%lock%' AND info LIKE CONCAT('%', ?, '%')", db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.RowNumber() > 0 {
+				id, _ := res.GetInt(0, 0)
+				return id
+			}
+		}
+		res, _ := c.Execute("SELECT id, db, command, state, info FROM information_schema.processlist")
+		t.Fatalf("no re-snapshot copy waits for the table lock: %v", res.Values)
+		return 0
+	}
+	check := func(what, q string) {
+		t.Helper()
+		at := r.caughtUp(t, myUpstream(t, c), colls)
+		got, want := r.rowsAt(t, coll, at), selectRows(t, c, q)
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("%s: the store holds %v, the table %v", what, got, want)
+		}
+	}
+	id := blockedCopy("ALTER TABLE t ADD COLUMN w int")
+	myQuery(t, c, fmt.Sprintf("KILL %d", id))
+	myQuery(t, locker, "UNLOCK TABLES")
+	check("after the copy's connection was killed", "SELECT id, v, IFNULL(w, '(null)') FROM t")
+	blockedCopy("ALTER TABLE t ADD COLUMN x int")
+	r.stop(t)
+	myQuery(t, locker, "UNLOCK TABLES")
+	r = startMyIngestOn(t, m, r.st, colls)
+	check("after a restart during the copy", "SELECT id, v, IFNULL(w, '(null)'), IFNULL(x, '(null)') FROM t")
 }
 
 // TestMySQLIngestAltered: an ALTER TABLE ADD COLUMN re-snapshots the

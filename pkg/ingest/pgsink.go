@@ -560,6 +560,10 @@ func isDone(j *resnap) bool { return closed(j.done) }
 func (s *pgSink) finish(j *resnap) error {
 	defer j.release()
 	at := frontier.Time{Pos: uint64(j.at)}
+	if err := copyInterrupted(s.ctx, j.coll, j.at.String(), j.err); err != nil {
+		s.p.log.Warn("re-snapshot interrupted", "source", s.p.cfg.Source, "collection", j.coll, "error", j.err)
+		return err
+	}
 	if j.err != nil || j.copied == nil {
 		msg := fmt.Sprintf("re-snapshot of %s at %s failed: %v; the collection stops here: run the ingest with --resnapshot %s", j.coll, j.at, j.err, j.coll)
 		s.p.log.Warn("re-snapshot failed", "source", s.p.cfg.Source, "collection", j.coll, "error", j.err)
