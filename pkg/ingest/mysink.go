@@ -428,7 +428,11 @@ func (s *mySink) finish(j *myResnap) error {
 func (s *mySink) finishKeyed(j *myResnap) error {
 	st, err := replicate.NewMySQLKeyState(j.copied)
 	if err == nil {
-		err = s.m.keys.fill(s.ctx, j.coll, st, &j.copy)
+		if err := s.m.keys.fill(s.ctx, j.coll, st, &j.copy); err != nil {
+			// Local (the staged files, the state's disk) or the ingest
+			// stopping: no fact of the upstream.
+			return fmt.Errorf("re-snapshot of %s at %s: key state from the copy: %w", j.coll, gtidText(j.at), err)
+		}
 	}
 	if err != nil || len(j.held) > 0 {
 		s.give(j.coll, nil, frontier.Frontier{})

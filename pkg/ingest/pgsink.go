@@ -614,7 +614,11 @@ func (s *pgSink) finishKeyed(j *resnap, key []string) error {
 	at := frontier.Time{Pos: uint64(j.at)}
 	st, err := replicate.NewKeyState(j.copied, key)
 	if err == nil {
-		err = s.p.keys.fill(s.ctx, j.coll, st, &j.copy)
+		if err := s.p.keys.fill(s.ctx, j.coll, st, &j.copy); err != nil {
+			// Local (the staged files, the state's disk) or the ingest
+			// stopping: no fact of the upstream.
+			return fmt.Errorf("re-snapshot of %s at %s: key state from the copy: %w", j.coll, j.at, err)
+		}
 	}
 	if err == nil && len(j.held) > 0 {
 		err = fmt.Errorf("%d changes were held decoded", len(j.held))
