@@ -16,7 +16,6 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/decimal128"
-	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/hamba/avro/v2"
 )
 
@@ -475,7 +474,7 @@ func (f *avroFormat) rawer() func(arr arrow.Array, i int) ([]byte, error) {
 
 // NewColumn implements Format.
 func (f *avroFormat) NewColumn() Column {
-	return &avroColumn{f: f, b: array.NewBuilder(memory.DefaultAllocator, f.typ)}
+	return newDecodedColumn(f.typ, f.decode, func(b array.Builder, v any) { appendAvro(b, f.reader.Schema, v) })
 }
 
 // Raw implements Format: element i re-encoded with the reader schema.
@@ -489,30 +488,6 @@ func (f *avroFormat) Raw(arr arrow.Array, i int) ([]byte, error) {
 	}
 	return f.encode(v)
 }
-
-// avroColumn builds an Avro column with Arrow's builders.
-type avroColumn struct {
-	f *avroFormat
-	b array.Builder
-}
-
-// Append implements Column. data was accepted by Check (or is a Normal
-// or Raw result), so it decodes; if it somehow does not, the row is null.
-func (c *avroColumn) Append(data []byte) {
-	if data == nil {
-		c.b.AppendNull()
-		return
-	}
-	v, err := c.f.decode(data)
-	if err != nil {
-		c.b.AppendNull()
-		return
-	}
-	appendAvro(c.b, c.f.reader.Schema, v)
-}
-
-// Finish implements Column.
-func (c *avroColumn) Finish() arrow.Array { return c.b.NewArray() }
 
 func deref(s avro.Schema) avro.Schema {
 	if r, ok := s.(*avro.RefSchema); ok {

@@ -24,6 +24,37 @@ type Column interface {
 	Finish() arrow.Array
 }
 
+// decodedColumn is the column of a format that decodes each value (Avro,
+// Protobuf, JSON Schema) and appends it with Arrow's builders. A value
+// was accepted by the format's Check (or is a Normal or Raw result), so
+// it decodes; if it somehow does not, the row is null.
+type decodedColumn[T any] struct {
+	b      array.Builder
+	decode func([]byte) (T, error)
+	append func(array.Builder, T)
+}
+
+func newDecodedColumn[T any](typ arrow.DataType, decode func([]byte) (T, error), append func(array.Builder, T)) Column {
+	return &decodedColumn[T]{b: array.NewBuilder(memory.DefaultAllocator, typ), decode: decode, append: append}
+}
+
+// Append implements Column.
+func (c *decodedColumn[T]) Append(data []byte) {
+	if data == nil {
+		c.b.AppendNull()
+		return
+	}
+	v, err := c.decode(data)
+	if err != nil {
+		c.b.AppendNull()
+		return
+	}
+	c.append(c.b, v)
+}
+
+// Finish implements Column.
+func (c *decodedColumn[T]) Finish() arrow.Array { return c.b.NewArray() }
+
 // bytesColumn is a binary or utf8 column of values kept as they are.
 // Offsets are 32-bit: a batch is at most one fetched partition chunk,
 // which kgo bounds well below 2 GiB.

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
-	"github.com/apache/arrow/go/v17/arrow/array"
-	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
@@ -236,7 +234,7 @@ func (f *jsonSchemaFormat) Normal(data []byte) ([]byte, error) {
 
 // NewColumn implements Format.
 func (f *jsonSchemaFormat) NewColumn() Column {
-	return &jsonSchemaColumn{f: f, b: array.NewBuilder(memory.DefaultAllocator, f.typ)}
+	return newDecodedColumn(f.typ, f.decode, f.root.append)
 }
 
 // Raw implements Format: element i encoded as a document of the reader
@@ -251,27 +249,3 @@ func (f *jsonSchemaFormat) Raw(arr arrow.Array, i int) ([]byte, error) {
 	}
 	return f.frame(v), nil
 }
-
-// jsonSchemaColumn builds a JSON Schema column with Arrow's builders.
-type jsonSchemaColumn struct {
-	f *jsonSchemaFormat
-	b array.Builder
-}
-
-// Append implements Column. data was accepted by Check (or is a Normal
-// or Raw result), so it decodes; if it somehow does not, the row is null.
-func (c *jsonSchemaColumn) Append(data []byte) {
-	if data == nil {
-		c.b.AppendNull()
-		return
-	}
-	v, err := c.f.decode(data)
-	if err != nil {
-		c.b.AppendNull()
-		return
-	}
-	c.f.root.append(c.b, v)
-}
-
-// Finish implements Column.
-func (c *jsonSchemaColumn) Finish() arrow.Array { return c.b.NewArray() }

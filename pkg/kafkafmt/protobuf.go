@@ -13,7 +13,6 @@ import (
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
-	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/bufbuild/protocompile"
 	"github.com/twmb/franz-go/pkg/sr"
 	"google.golang.org/protobuf/proto"
@@ -496,7 +495,7 @@ func (f *protoFormat) encode(m proto.Message) ([]byte, error) {
 
 // NewColumn implements Format.
 func (f *protoFormat) NewColumn() Column {
-	return &protoColumn{f: f, b: array.NewStructBuilder(memory.DefaultAllocator, f.typ)}
+	return newDecodedColumn(f.typ, f.decode, func(b array.Builder, m *dynamicpb.Message) { appendProtoMessage(b.(*array.StructBuilder), m) })
 }
 
 // Raw implements Format: element i re-encoded as the reader message.
@@ -510,27 +509,3 @@ func (f *protoFormat) Raw(arr arrow.Array, i int) ([]byte, error) {
 	}
 	return f.encode(m)
 }
-
-// protoColumn builds a Protobuf column with Arrow's builders.
-type protoColumn struct {
-	f *protoFormat
-	b *array.StructBuilder
-}
-
-// Append implements Column. data was accepted by Check (or is a Normal
-// or Raw result), so it decodes; if it somehow does not, the row is null.
-func (c *protoColumn) Append(data []byte) {
-	if data == nil {
-		c.b.AppendNull()
-		return
-	}
-	m, err := c.f.decode(data)
-	if err != nil {
-		c.b.AppendNull()
-		return
-	}
-	appendProtoMessage(c.b, m)
-}
-
-// Finish implements Column.
-func (c *protoColumn) Finish() arrow.Array { return c.b.NewArray() }
