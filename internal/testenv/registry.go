@@ -397,13 +397,19 @@ func (r *Registry) lookup(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.replyVersion(w, subject, func(id int) bool { return r.same(id, s) })
+}
+
+// replyVersion answers a lookup under subject (r.mu held): the first
+// version whose schema same accepts, or 40403.
+func (r *Registry) replyVersion(w http.ResponseWriter, subject string, same func(id int) bool) {
 	ids, ok := r.subjectIDs(w, subject)
 	if !ok {
 		return
 	}
 	for i, id := range ids {
-		if r.same(id, s) {
-			reply(w, http.StatusOK, subjectVersion{subject, i + 1, id, r.schemas[id-1], ""})
+		if same(id) {
+			reply(w, http.StatusOK, r.versionBody(subject, i+1, id))
 			return
 		}
 	}

@@ -85,17 +85,7 @@ func (r *Registry) lookupJSON(w http.ResponseWriter, subject string, b schemaBod
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ids, ok := r.subjectIDs(w, subject)
-	if !ok {
-		return
-	}
-	for i, id := range ids {
-		if r.types[id] == "JSON" && r.schemas[id-1] == text {
-			reply(w, http.StatusOK, subjectVersion{subject, i + 1, id, text, "JSON"})
-			return
-		}
-	}
-	fail(w, 40403, "Schema not found")
+	r.replyVersion(w, subject, func(id int) bool { return r.types[id] == "JSON" && r.schemas[id-1] == text })
 }
 
 // RegisterJSON registers a JSON Schema under subject with franz-go's sr

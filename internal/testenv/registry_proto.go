@@ -218,17 +218,7 @@ func (r *Registry) lookupProto(w http.ResponseWriter, req *http.Request) {
 	if !ok {
 		return
 	}
-	ids, ok := r.subjectIDs(w, subject)
-	if !ok {
-		return
-	}
-	for i, id := range ids {
-		if r.sameProto(id, text, refs) {
-			reply(w, http.StatusOK, r.versionBody(subject, i+1, id))
-			return
-		}
-	}
-	fail(w, 40403, "Schema not found")
+	r.replyVersion(w, subject, func(id int) bool { return r.sameProto(id, text, refs) })
 }
 
 // idBody is the answer to GET /schemas/ids/{id}.
