@@ -178,7 +178,7 @@ func (c *csvColumn) render(col arrow.Array, scratch []byte) []byte {
 
 // appendCSVString is appendCSVField of a string, without converting it.
 func appendCSVString(dst []byte, f string) []byte {
-	if !csvNeedsQuotesString(f) {
+	if !csvNeedsQuotes(f) {
 		return append(dst, f...)
 	}
 	return appendCSVField(dst, []byte(f))
@@ -201,27 +201,11 @@ func appendCSVField(dst, f []byte) []byte {
 }
 
 // csvNeedsQuotes is encoding/csv's fieldNeedsQuotes for a comma.
-func csvNeedsQuotes(f []byte) bool {
+func csvNeedsQuotes[T string | []byte](f T) bool {
 	if len(f) == 0 {
 		return false
 	}
 	if len(f) == 2 && f[0] == '\\' && f[1] == '.' {
-		return true
-	}
-	for _, c := range f {
-		if csvSpecial[c] {
-			return true
-		}
-	}
-	return startsWithSpace(f)
-}
-
-// csvNeedsQuotesString is csvNeedsQuotes of a string.
-func csvNeedsQuotesString(f string) bool {
-	if len(f) == 0 {
-		return false
-	}
-	if f == `\.` {
 		return true
 	}
 	for i := 0; i < len(f); i++ {
@@ -229,7 +213,7 @@ func csvNeedsQuotesString(f string) bool {
 			return true
 		}
 	}
-	return startsWithSpaceString(f)
+	return startsWithSpace(f)
 }
 
 // csvSpecial marks the bytes that make a field quoted wherever they are.
@@ -237,19 +221,12 @@ var csvSpecial = [256]bool{'\n': true, '\r': true, '"': true, ',': true}
 
 // startsWithSpace says whether f starts with a Unicode white space
 // character (encoding/csv quotes such a field); ASCII without decoding.
-func startsWithSpace(f []byte) bool {
+func startsWithSpace[T string | []byte](f T) bool {
 	if f[0] < utf8.RuneSelf {
 		return asciiSpace(f[0])
 	}
-	r, _ := utf8.DecodeRune(f)
-	return unicode.IsSpace(r)
-}
-
-func startsWithSpaceString(f string) bool {
-	if f[0] < utf8.RuneSelf {
-		return asciiSpace(f[0])
-	}
-	r, _ := utf8.DecodeRuneInString(f)
+	var head [utf8.UTFMax]byte
+	r, _ := utf8.DecodeRune(head[:copy(head[:], f)])
 	return unicode.IsSpace(r)
 }
 

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/csv"
+	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -295,5 +297,31 @@ func TestCSVColumnsAsEncodingCSV(t *testing.T) {
 			}
 		}
 		t.Fatalf("wrote %d lines, encoding/csv %d", len(g), len(wl))
+	}
+}
+
+// BenchmarkCSVRows renders a record of strings (some needing quotes) and
+// binary values (the generic path) as CSV rows.
+func BenchmarkCSVRows(b *testing.B) {
+	const n = 64 << 10
+	sb := array.NewStringBuilder(memory.DefaultAllocator)
+	bb := array.NewBinaryBuilder(memory.DefaultAllocator, arrow.BinaryTypes.Binary)
+	for i := range n {
+		if i%4 == 0 {
+			sb.Append(fmt.Sprintf("name %d, é", i)) // quoted
+		} else {
+			sb.Append(fmt.Sprintf("name %d é", i))
+		}
+		bb.Append([]byte(fmt.Sprintf("\u00a0v%d", i)))
+	}
+	schema := arrow.NewSchema([]arrow.Field{{Name: "s", Type: arrow.BinaryTypes.String}, {Name: "b", Type: arrow.BinaryTypes.Binary}}, nil)
+	rec := array.NewRecord(schema, []arrow.Array{sb.NewArray(), bb.NewArray()}, n)
+	defer rec.Release()
+	w := &csvWriter{bw: bufio.NewWriter(io.Discard)}
+	b.SetBytes(n * 24)
+	for b.Loop() {
+		if err := w.rows(rec, func(int) int64 { return 1 }); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
