@@ -838,7 +838,7 @@ func TestIngestKeyedKillDuringResnapshot(t *testing.T) {
 }
 
 // TestIngestKillDuringStagedResnapshot: SIGKILLs during the re-snapshots
-// of a REPLICA IDENTITY FULL table of 300k rows (32 MB) after three
+// of a REPLICA IDENTITY FULL table of 150k rows (16 MB) after three
 // column changes, with --txn-memory 256 KiB so that each copy is staged
 // in several runs: twice while the copy is being staged (some runs in the
 // store, the copy not done), and once just after it was handed over, with
@@ -848,7 +848,7 @@ func TestIngestKeyedKillDuringResnapshot(t *testing.T) {
 func TestIngestKillDuringStagedResnapshot(t *testing.T) {
 	db, dir, args, p := startKeyedTable(t,
 		"CREATE TABLE k (a int PRIMARY KEY, b text, v int NOT NULL)", "ALTER TABLE k REPLICA IDENTITY FULL",
-		"INSERT INTO k SELECT g, repeat('b', 100) || g, g FROM generate_series(1, 300000) g")
+		"INSERT INTO k SELECT g, repeat('b', 100) || g, g FROM generate_series(1, 150000) g")
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.bytes())
@@ -895,7 +895,7 @@ func TestIngestKillDuringStagedResnapshot(t *testing.T) {
 		count := func(what string) int { return strings.Count(string(p.stderr.bytes()), what) }
 		started, done := count(`msg=re-snapshot `), count(`msg="re-snapshot done"`)
 		if i < 2 {
-			px.SetBandwidthDir(testenv.ToClient, 8<<20) // the 33 MB copy takes about 4 s
+			px.SetBandwidthDir(testenv.ToClient, 4<<20) // the 16 MB copy takes about 4 s
 		}
 		txn(ddl, "UPDATE k SET v = v + 100 WHERE a = 2")
 		deadline := time.Now().Add(60 * time.Second)
