@@ -1,6 +1,7 @@
 package replicate
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/apache/arrow/go/v17/arrow"
@@ -178,6 +179,10 @@ func (s *KeyState) untruncate(t *truncated) {
 	s.rows, s.back.dead, s.data, s.back.epoch = t.rows, t.dead, t.data, t.epoch
 }
 
+// errStateRead marks a failure to read a key state's backing: the
+// state's disk, no fact of the upstream.
+var errStateRead = errors.New("read it into memory")
+
 // loadAll reads every row of the backing into the map, which then holds
 // the whole state (for a change of the key columns, which rekeys it).
 func (s *KeyState) loadAll() error {
@@ -195,7 +200,7 @@ func (s *KeyState) loadAll() error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("key state of %s: read it into memory: %w", s.name, err)
+		return fmt.Errorf("key state of %s: %w: %w", s.name, errStateRead, err)
 	}
 	for k := range s.back.dead {
 		s.data -= len(k)

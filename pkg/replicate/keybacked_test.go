@@ -1,6 +1,7 @@
 package replicate
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -210,5 +211,33 @@ func TestKeyStateLoadBacked(t *testing.T) {
 	bad, _ := NewKeyState(kvTable(), []string{"id"})
 	if err := bad.LoadBacked(db, 5, 0, func(add func(arrow.Record) error) error { return add(kvBatch(t, "4,d,2")) }); err == nil {
 		t.Error("a row of multiplicity 2 was loaded")
+	}
+}
+
+// failingScan is a Backing whose rows cannot be read.
+type failingScan struct{ Backing }
+
+func (failingScan) Scan(uint32, func(key, row []byte) error) error {
+	return errors.New("disk on fire")
+}
+
+// TestKeyStateRekeyErrors: a change of the key columns that cannot read
+// the state from its disk fails as errStateRead (the stream's error, not
+// the collection's), and one that finds two rows with the same new key
+// does not (the collection's definite error).
+func TestKeyStateRekeyErrors(t *testing.T) {
+	st := backedState(t, 0)
+	st.SetBacking(failingScan{st.back.b}, 0, 0)
+	if err := st.setKey([]int{1}); !errors.Is(err, errStateRead) {
+		t.Errorf("rekey over an unreadable backing: %v, want errStateRead", err)
+	}
+	dup := backedState(t, 0)
+	if err := dup.LoadBacked(dup.back.b, 1, 0, func(add func(arrow.Record) error) error {
+		return add(kvBatch(t, "1,same,1", "2,same,1"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dup.setKey([]int{1}); err == nil || errors.Is(err, errStateRead) {
+		t.Errorf("rekey onto a duplicate key: %v, want a duplicate key error", err)
 	}
 }

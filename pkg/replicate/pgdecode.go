@@ -2,6 +2,7 @@ package replicate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -464,7 +465,9 @@ func (d *decoder) relation(ctx context.Context, m *pglogrepl.RelationMessage) er
 				if err := d.flush(); err != nil {
 					return err
 				}
-				if err := r.state.setKey(key); err != nil {
+				if err := r.state.setKey(key); errors.Is(err, errStateRead) {
+					return err // the state's disk: not the collection's fault
+				} else if err != nil {
 					return d.stop(r, fmt.Sprintf("the replica identity of %s changed at %s, and its rows cannot be keyed by the new key: %v; the collection stops here: re-snapshot it", name, d.at(), err))
 				}
 			}
