@@ -87,7 +87,9 @@ func (e *GaveUpError) Unwrap() error { return e.Err }
 // always are. Known permanent causes (authentication failures, a missing
 // database or slot, a purged binlog) win over transient ones in the same
 // chain. nil, context.Canceled and context.DeadlineExceeded are not
-// transient.
+// transient, nor are the errors of this machine's files (a full disk, a
+// path that cannot be written): retrying does not clear them, and an
+// ingest that exits with one says what to fix.
 func Transient(err error) bool {
 	if err == nil {
 		return false
@@ -138,10 +140,18 @@ func netTransient(err error) bool {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNABORTED) ||
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ETIMEDOUT) || errors.Is(err, syscall.EHOSTUNREACH) ||
-		errors.Is(err, syscall.ENETUNREACH) {
+		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.ENETDOWN) || errors.Is(err, syscall.ENETRESET) ||
+		errors.Is(err, syscall.EHOSTDOWN) || errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.EADDRNOTAVAIL) {
 		return true
 	}
-	if _, ok := errors.AsType[net.Error](err); ok {
+	if ne, ok := errors.AsType[net.Error](err); ok {
+		if errno, ok := ne.(syscall.Errno); ok {
+			// An errno is a net.Error whether it came from a socket or a
+			// file (a full disk, a path that is not a directory): only the
+			// network's own (above) and the ones the kernel calls
+			// temporary (EINTR, EAGAIN, EMFILE...) are worth retrying.
+			return errno.Temporary() || errno.Timeout()
+		}
 		return true
 	}
 	return false

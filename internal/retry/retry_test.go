@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -88,6 +89,13 @@ func TestTransient(t *testing.T) {
 		{"gave up", &GaveUpError{What: "x", Err: io.EOF}, false, true},
 		{"scrubbed keeps cause", dsn.ScrubError(refused, "hunter2"), true, false},
 		{"pg connect error", &pgconn.ConnectError{Config: &pgconn.Config{}}, false, false},
+		{"network down", os.NewSyscallError("write", syscall.ENETDOWN), true, false},
+		{"no local port", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.EADDRNOTAVAIL)}, true, false},
+		{"file: not a directory", &fs.PathError{Op: "mkdir", Path: "/s/copies", Err: syscall.ENOTDIR}, false, false},
+		{"file: disk full", &fs.PathError{Op: "write", Path: "/s/f", Err: syscall.ENOSPC}, false, false},
+		{"file: permission", &fs.PathError{Op: "open", Path: "/s/f", Err: syscall.EACCES}, false, false},
+		{"file: interrupted", &fs.PathError{Op: "read", Path: "/s/f", Err: syscall.EINTR}, true, false},
+		{"i/o timeout", &fs.PathError{Op: "read", Path: "/dev/x", Err: os.ErrDeadlineExceeded}, true, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
