@@ -28,19 +28,42 @@ import (
 // past T. A crash leaves the files of copies no kept copy names: the next
 // stream's start removes them (sweepKept) before it copies anything.
 
-// copyInterrupted is the error of a sink's hand-over of coll's
-// re-snapshot at at (its text) whose copy failed with err, when that is
-// no fact of the upstream: the copy was cut short by the ingest stopping
-// (ctx is done) or by a transient failure (a killed connection, a server
-// restart). The error is transient: the ingest's attempt ends without
-// recording anything, and the next resumes from the store, before the
-// change that asked for the copy, which copies again. Any other failure
-// is nil here: the collection's definite error at at.
-func copyInterrupted(ctx context.Context, coll, at string, err error) error {
-	if err == nil || (ctx.Err() == nil && !retry.Transient(err)) {
+// copyFailed is the error of a sink's hand-over of coll's re-snapshot at
+// at (its text) whose copy failed with err, when that is no fact of the
+// upstream; nil when it is (the collection's definite error at at):
+//   - cut short by the ingest stopping (ctx is done) or by a transient
+//     failure (a killed connection, a server restart): a transient error,
+//     so the attempt ends without recording anything and the next resumes
+//     from the store, before the change that asked for the copy, which
+//     copies again;
+//   - a failure of this machine (localError: staging the copy, reading a
+//     kept one): the ingest's error.
+func copyFailed(ctx context.Context, coll, at string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil || retry.Transient(err):
+		return retry.MarkTransient(fmt.Errorf("re-snapshot of %s at %s: copy again: %w", coll, at, err))
+	}
+	if _, ok := errors.AsType[*localError](err); ok {
+		return fmt.Errorf("re-snapshot of %s at %s: %w", coll, at, err)
+	}
+	return nil
+}
+
+// localError marks a re-snapshot's failure of this machine (the store's
+// disk), never a definite error of the collection.
+type localError struct{ err error }
+
+func (e *localError) Error() string { return e.err.Error() }
+func (e *localError) Unwrap() error { return e.err }
+
+// local marks err a localError; nil stays nil.
+func local(err error) error {
+	if err == nil {
 		return nil
 	}
-	return retry.MarkTransient(fmt.Errorf("re-snapshot of %s at %s: copy again: %w", coll, at, err))
+	return &localError{err}
 }
 
 // copyStager is the pipe.Sink of a re-snapshot's copy (snapshot.Copy,
@@ -79,11 +102,11 @@ func (c *copyStager) Data(coll string, rec arrow.Record) error {
 	defer c.mu.Unlock()
 	if c.copy.stage == nil {
 		if c.st == nil {
-			return fmt.Errorf("re-snapshot of %s: no store to stage the copy in", coll)
+			return local(fmt.Errorf("re-snapshot of %s: no store to stage the copy in", coll))
 		}
 		sg, err := c.st.NewCopyStage(c.source, rec.Schema(), nil)
 		if err != nil {
-			return fmt.Errorf("re-snapshot of %s: %w", coll, err)
+			return local(fmt.Errorf("re-snapshot of %s: %w", coll, err))
 		}
 		c.copy.stage, c.copy.schema, c.copy.at = sg, rec.Schema(), c.at
 	}
@@ -105,7 +128,7 @@ func (c *copyStager) flush(coll string) error {
 	err := c.copy.stage.Write(c.ctx, c.recs...)
 	c.dropHeld()
 	if err != nil {
-		return fmt.Errorf("re-snapshot of %s: stage the copy: %w", coll, err)
+		return local(fmt.Errorf("re-snapshot of %s: stage the copy: %w", coll, err))
 	}
 	return nil
 }

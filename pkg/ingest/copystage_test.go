@@ -244,6 +244,47 @@ func TestPGResnapshotInterrupted(t *testing.T) {
 	r.wait(t, pt, done(1))
 }
 
+// TestPGResnapshotStagingFails: a re-snapshot whose copy cannot be
+// staged (the store's copies directory is a file) fails the ingest with
+// the cause, and records nothing: the collection has no definite error,
+// and once the directory can be written the restarted ingest copies again
+// and the collection ends exact.
+func TestPGResnapshotStagingFails(t *testing.T) {
+	pt := newPGTable(t, "rtr_resnap_disk", "ALTER TABLE t REPLICA IDENTITY FULL", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 100) g")
+	r := pt.start(PGConfig{})
+	t.Cleanup(func() { r.stop(t) })
+	r.wait(t, pt, func(string) bool { return true })
+	copies := filepath.Join(pt.st.Dir(), "staged", "pg", "copies")
+	if err := os.RemoveAll(copies); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(copies), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(copies, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pt.exec(t, "ALTER TABLE t ADD COLUMN w int", "UPDATE t SET v = v || 'x' WHERE id % 10 = 0")
+	select {
+	case err := <-r.done:
+		r.cancel = nil
+		if err == nil || !strings.Contains(err.Error(), "stage") {
+			t.Fatalf("ingest with an unwritable copies directory: %v, want a staging error\nlog:\n%s", err, r.logs.String())
+		}
+		t.Logf("the ingest failed: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the ingest did not fail\nlog:\n%s", r.logs.String())
+	}
+	if strings.Contains(r.logs.String(), "definite error") {
+		t.Errorf("a definite error was recorded:\n%s", r.logs.String())
+	}
+	if err := os.Remove(copies); err != nil {
+		t.Fatal(err)
+	}
+	r = pt.start(PGConfig{})
+	r.wait(t, pt, func(log string) bool { return strings.Contains(log, `msg="re-snapshot done"`) })
+}
+
 // TestPGResnapshotKeyedStateOnDisk: the re-snapshot of a REPLICA
 // IDENTITY DEFAULT table after ADD COLUMN reads the table's new key state
 // from the staged copy straight into the state on disk: the state has

@@ -373,8 +373,8 @@ func (s *mySink) limit(progress frontier.Frontier) (frontier.Frontier, error) {
 func (s *mySink) finish(j *myResnap) error {
 	defer j.release()
 	log := s.m.log
-	if err := copyInterrupted(s.ctx, j.coll, gtidText(j.at), j.err); err != nil {
-		log.Warn("re-snapshot interrupted", "source", s.m.cfg.Source, "collection", j.coll, "error", j.err)
+	if err := copyFailed(s.ctx, j.coll, gtidText(j.at), j.err); err != nil {
+		log.Warn("re-snapshot: the copy failed, not for the upstream", "source", s.m.cfg.Source, "collection", j.coll, "error", j.err)
 		return err
 	}
 	if j.err != nil || j.copied == nil {

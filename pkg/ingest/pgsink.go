@@ -560,8 +560,8 @@ func isDone(j *resnap) bool { return closed(j.done) }
 func (s *pgSink) finish(j *resnap) error {
 	defer j.release()
 	at := frontier.Time{Pos: uint64(j.at)}
-	if err := copyInterrupted(s.ctx, j.coll, j.at.String(), j.err); err != nil {
-		s.p.log.Warn("re-snapshot interrupted", "source", s.p.cfg.Source, "collection", j.coll, "error", j.err)
+	if err := copyFailed(s.ctx, j.coll, j.at.String(), j.err); err != nil {
+		s.p.log.Warn("re-snapshot: the copy failed, not for the upstream", "source", s.p.cfg.Source, "collection", j.coll, "error", j.err)
 		return err
 	}
 	if j.err != nil || j.copied == nil {
