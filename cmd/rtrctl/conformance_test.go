@@ -59,7 +59,7 @@ func (b binProc) Stop(t *testing.T) int {
 }
 func (b binProc) Wait(t *testing.T) int { return b.p.wait(t, 120*time.Second) }
 func (b binProc) Exited() bool          { return b.p.exited() }
-func (b binProc) Stderr() string        { return string(b.p.stderr.bytes()) }
+func (b binProc) Stderr() string        { return string(b.p.stderr.Bytes()) }
 
 func runBin(t *testing.T, env []string, args ...string) ingesttest.Proc {
 	return binProc{startProc(t, env, args...)}

@@ -253,7 +253,7 @@ func TestExportParquetTypesPostgres(t *testing.T) {
 	keyedCaughtUp(t, db, dir, p)
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.bytes())
+		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.Bytes())
 	}
 
 	out := t.TempDir()

@@ -79,8 +79,8 @@ func rtrctlBin(t testing.TB) string {
 // proc is an rtrctl process.
 type proc struct {
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
-	stdout *lockedBuffer
+	stderr *testenv.LogBuffer
+	stdout *testenv.LogBuffer
 	done   chan struct{}
 }
 
@@ -89,7 +89,7 @@ type proc struct {
 func startProc(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(rtrctlBin(t), args...)
-	p := &proc{cmd: cmd, stderr: &lockedBuffer{}, stdout: &lockedBuffer{}, done: make(chan struct{})}
+	p := &proc{cmd: cmd, stderr: &testenv.LogBuffer{}, stdout: &testenv.LogBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -128,7 +128,7 @@ func (p *proc) wait(t *testing.T, timeout time.Duration) int {
 	case <-time.After(timeout):
 		p.signal(syscall.SIGKILL)
 		<-p.done
-		t.Fatalf("rtrctl %v did not exit within %s\nstderr:\n%s", p.cmd.Args[1:], timeout, p.stderr.bytes())
+		t.Fatalf("rtrctl %v did not exit within %s\nstderr:\n%s", p.cmd.Args[1:], timeout, p.stderr.Bytes())
 	}
 	return p.cmd.ProcessState.ExitCode()
 }
@@ -138,7 +138,7 @@ func (p *proc) wait(t *testing.T, timeout time.Duration) int {
 func (p *proc) kill(t *testing.T) {
 	t.Helper()
 	if p.exited() {
-		t.Fatalf("rtrctl %v exited with status %d before it was killed\nstderr:\n%s", p.cmd.Args[1:], p.cmd.ProcessState.ExitCode(), p.stderr.bytes())
+		t.Fatalf("rtrctl %v exited with status %d before it was killed\nstderr:\n%s", p.cmd.Args[1:], p.cmd.ProcessState.ExitCode(), p.stderr.Bytes())
 	}
 	p.signal(syscall.SIGKILL)
 	<-p.done

@@ -76,7 +76,7 @@ func TestIngestSeedMultiTableRestart(t *testing.T) {
 	args := append(fx.IngestArgs(dir, source), "--interval", "50ms")
 	p := startProc(t, []string{"RTR_FAULT_EXIT_AFTER_COMMIT=" + a}, args...)
 	if code := p.wait(t, 60*time.Second); code != 137 {
-		t.Fatalf("ingest with the fault hook: exit %d, want 137\nstderr:\n%s", code, p.stderr.bytes())
+		t.Fatalf("ingest with the fault hook: exit %d, want 137\nstderr:\n%s", code, p.stderr.Bytes())
 	}
 	// The fault hit where it should: a's snapshot durable, b's not.
 	st, err := store.Open(ctxT(t), dir, store.Options{MustExist: true})
@@ -106,11 +106,11 @@ func TestIngestSeedMultiTableRestart(t *testing.T) {
 	ingesttest.WaitEqual(t, fx, dir, lay, binProc{p}, 60*time.Second)
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("ingest after SIGTERM: exit %d, want 0\nstderr:\n%s", code, p.stderr.bytes())
+		t.Fatalf("ingest after SIGTERM: exit %d, want 0\nstderr:\n%s", code, p.stderr.Bytes())
 	}
-	snapLine := regexp.MustCompile(`msg=snapshot [^\n]*tables="?\[([^\]]*)\]`).FindSubmatch(p.stderr.bytes())
+	snapLine := regexp.MustCompile(`msg=snapshot [^\n]*tables="?\[([^\]]*)\]`).FindSubmatch(p.stderr.Bytes())
 	if snapLine == nil || string(snapLine[1]) != b {
-		t.Errorf("the restart should snapshot %s only; log says %q\nstderr:\n%s", b, snapLine, p.stderr.bytes())
+		t.Errorf("the restart should snapshot %s only; log says %q\nstderr:\n%s", b, snapLine, p.stderr.Bytes())
 	}
 	rep := checkTimes(t, dir, lay, log)
 	if rep.Bindings < 2 || rep.Reached[source] != rep.Units[source] {
@@ -236,10 +236,10 @@ func TestIngestSecondProcess(t *testing.T) {
 	began := time.Now()
 	second := startProc(t, nil, args...)
 	if code := second.wait(t, 30*time.Second); code != 1 {
-		t.Fatalf("second ingest: exit %d, want 1\nstderr:\n%s", code, second.stderr.bytes())
+		t.Fatalf("second ingest: exit %d, want 1\nstderr:\n%s", code, second.stderr.Bytes())
 	}
 	took := time.Since(began)
-	stderr := string(second.stderr.bytes())
+	stderr := string(second.stderr.Bytes())
 	if !strings.Contains(stderr, "another rtrctl ingest") || !strings.Contains(stderr, fmt.Sprintf("pid %d", first.cmd.Process.Pid)) {
 		t.Errorf("second ingest's message does not say another ingest (pid %d) holds the store:\n%s", first.cmd.Process.Pid, stderr)
 	}
@@ -255,7 +255,7 @@ func TestIngestSecondProcess(t *testing.T) {
 	ingesttest.WaitEqual(t, fx, dir, lay, binProc{first}, 60*time.Second)
 	first.signal(syscall.SIGTERM)
 	if code := first.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("first ingest after SIGTERM: exit %d\nstderr:\n%s", code, first.stderr.bytes())
+		t.Fatalf("first ingest after SIGTERM: exit %d\nstderr:\n%s", code, first.stderr.Bytes())
 	}
 	rep := checkTimes(t, dir, lay, log)
 	t.Logf("second ingest failed in %s; %d transactions, %d bindings checked", took.Round(time.Millisecond), log.Len(), rep.Bindings)
@@ -268,7 +268,7 @@ func metricsOf(t *testing.T, p *proc) string {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if m := metricsAddrRe.FindSubmatch(p.stderr.bytes()); m != nil {
+		if m := metricsAddrRe.FindSubmatch(p.stderr.Bytes()); m != nil {
 			resp, err := http.Get("http://" + string(m[1]) + "/metrics")
 			if err != nil {
 				t.Fatal(err)
@@ -281,7 +281,7 @@ func metricsOf(t *testing.T, p *proc) string {
 			return string(b)
 		}
 		if p.exited() || time.Now().After(deadline) {
-			t.Fatalf("no metrics address logged\nstderr:\n%s", p.stderr.bytes())
+			t.Fatalf("no metrics address logged\nstderr:\n%s", p.stderr.Bytes())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -324,7 +324,7 @@ func TestIngestSIGTERM(t *testing.T) {
 			break
 		}
 		if p.exited() || time.Now().After(deadline) {
-			t.Fatalf("no snapshot durable\nstderr:\n%s", p.stderr.bytes())
+			t.Fatalf("no snapshot durable\nstderr:\n%s", p.stderr.Bytes())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -350,7 +350,7 @@ func TestIngestSIGTERM(t *testing.T) {
 	t.Logf("replication received %s after %s", target, received.Sub(began).Round(time.Millisecond))
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("ingest after SIGTERM: exit %d, want 0\nstderr:\n%s", code, p.stderr.bytes())
+		t.Fatalf("ingest after SIGTERM: exit %d, want 0\nstderr:\n%s", code, p.stderr.Bytes())
 	}
 	t.Logf("exit 0 %s after SIGTERM", time.Since(received).Round(time.Millisecond))
 	if d, err := durablePos(ctxT(t), dir, "pg"); err != nil || d < target {
@@ -358,8 +358,8 @@ func TestIngestSIGTERM(t *testing.T) {
 	}
 	checkTimes(t, dir, lay, log)
 	ingesttest.WaitEqual(t, fx, dir, lay, nil, 10*time.Second)
-	if !strings.Contains(string(p.stderr.bytes()), "msg=stopped") {
-		t.Errorf("no 'stopped' line in the log:\n%s", p.stderr.bytes())
+	if !strings.Contains(string(p.stderr.Bytes()), "msg=stopped") {
+		t.Errorf("no 'stopped' line in the log:\n%s", p.stderr.Bytes())
 	}
 }
 
@@ -444,7 +444,7 @@ func TestIngestMetricsAndStatus(t *testing.T) {
 
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.bytes())
+		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.Bytes())
 	}
 	if s := statusOf(t, dir); s.Sources[0].Running || s.Sources[0].LagBytes != nil {
 		t.Errorf("status after stop: %+v", s.Sources[0])
@@ -492,7 +492,7 @@ func TestIngestPipedEquivalence(t *testing.T) {
 	ingesttest.WaitEqual(t, fx, dirI, lay, binProc{ing}, 60*time.Second)
 	ing.signal(syscall.SIGTERM)
 	if code := ing.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, ing.stderr.bytes())
+		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, ing.stderr.Bytes())
 	}
 	stopLSN, err := frontier.ParseLSN(stop)
 	if err != nil {

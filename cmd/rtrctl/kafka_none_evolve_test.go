@@ -234,7 +234,7 @@ func rssRun(b *testing.B, dir, topic string, end int64, gens int, args []string)
 	b.Helper()
 	out := filepath.Join(b.TempDir(), "rss")
 	cmd := exec.Command("/usr/bin/time", append([]string{"-f", "%M", "-o", out, rtrctlBin(b)}, args...)...)
-	var stderr lockedBuffer
+	var stderr testenv.LogBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -258,7 +258,7 @@ func rssRun(b *testing.B, dir, topic string, end int64, gens int, args []string)
 		}
 	}
 	if err := cmd.Wait(); err != nil || !done {
-		b.Fatalf("ingest (done %v): %v\n%s", done, err, stderr.bytes())
+		b.Fatalf("ingest (done %v): %v\n%s", done, err, stderr.Bytes())
 	}
 	got, err := os.ReadFile(out)
 	if err != nil {

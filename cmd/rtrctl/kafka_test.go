@@ -217,15 +217,15 @@ func kafkaSIGKILL(t *testing.T, rnd *rand.Rand, kk kafkaKill) string {
 			kk.produce(5)
 			time.Sleep(time.Duration(rnd.Intn(15)) * time.Millisecond)
 		}
-		waitFor(t, func() bool { return consumeLine.MatchString(string(p.stderr.bytes())) }, p)
+		waitFor(t, func() bool { return consumeLine.MatchString(string(p.stderr.Bytes())) }, p)
 		waitFor(t, func() bool { return bindings() > had }, p)
 		if kk.killWhen != nil {
-			waitFor(t, func() bool { return kk.killWhen(string(p.stderr.bytes())) }, p)
+			waitFor(t, func() bool { return kk.killWhen(string(p.stderr.Bytes())) }, p)
 			time.Sleep(time.Duration(rnd.Intn(30)) * time.Millisecond)
 		}
 		p.kill(t)
 		// Where did it start? The resume frontier, partition by partition.
-		out := string(p.stderr.bytes())
+		out := string(p.stderr.Bytes())
 		if kk.killed != nil {
 			kk.killed(out)
 		}
@@ -275,12 +275,12 @@ func kafkaSIGKILL(t *testing.T, rnd *rand.Rand, kk kafkaKill) string {
 	}, p)
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(t, 20*time.Second); code != 0 {
-		t.Fatalf("ingest exited %d:\n%s", code, string(p.stderr.bytes()))
+		t.Fatalf("ingest exited %d:\n%s", code, string(p.stderr.Bytes()))
 	}
 	if kk.last != nil {
-		kk.last(string(p.stderr.bytes()))
-	} else if !strings.Contains(string(p.stderr.bytes()), "upsert state rebuilt from the store") {
-		t.Errorf("the last run did not rebuild its state from the store:\n%s", string(p.stderr.bytes()))
+		kk.last(string(p.stderr.Bytes()))
+	} else if !strings.Contains(string(p.stderr.Bytes()), "upsert state rebuilt from the store") {
+		t.Errorf("the last run did not rebuild its state from the store:\n%s", string(p.stderr.Bytes()))
 	}
 
 	// Every readable binding against the model.
@@ -328,10 +328,10 @@ func waitFor(t *testing.T, cond func() bool, p *proc) {
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within 20s; rtrctl stderr:\n%s", string(p.stderr.bytes()))
+			t.Fatalf("condition not met within 20s; rtrctl stderr:\n%s", string(p.stderr.Bytes()))
 		}
 		if p.exited() {
-			t.Fatalf("rtrctl exited (%d):\n%s", p.cmd.ProcessState.ExitCode(), string(p.stderr.bytes()))
+			t.Fatalf("rtrctl exited (%d):\n%s", p.cmd.ProcessState.ExitCode(), string(p.stderr.Bytes()))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -456,6 +456,6 @@ func TestKafkaIngestCLIError(t *testing.T) {
 	}
 	p.signal(syscall.SIGINT)
 	if code := p.wait(t, 20*time.Second); code != 0 {
-		t.Fatalf("ingest exited %d:\n%s", code, string(p.stderr.bytes()))
+		t.Fatalf("ingest exited %d:\n%s", code, string(p.stderr.Bytes()))
 	}
 }

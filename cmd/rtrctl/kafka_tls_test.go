@@ -161,9 +161,9 @@ func TestKafkaTLSSASL(t *testing.T) {
 		}
 		p.signal(syscall.SIGINT)
 		if code := p.wait(t, 20*time.Second); code != 0 {
-			t.Fatalf("ingest exited %d:\n%s", code, p.stderr.bytes())
+			t.Fatalf("ingest exited %d:\n%s", code, p.stderr.Bytes())
 		}
-		if strings.Contains(string(p.stderr.bytes()), password) {
+		if strings.Contains(string(p.stderr.Bytes()), password) {
 			t.Errorf("the password is in the ingest's log")
 		}
 	})
@@ -239,7 +239,7 @@ func TestKafkaTLSKcat(t *testing.T) {
 	}, p)
 	p.signal(syscall.SIGINT)
 	if code := p.wait(t, 20*time.Second); code != 0 {
-		t.Fatalf("ingest exited %d:\n%s", code, p.stderr.bytes())
+		t.Fatalf("ingest exited %d:\n%s", code, p.stderr.Bytes())
 	}
 }
 

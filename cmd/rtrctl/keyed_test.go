@@ -485,7 +485,7 @@ func TestIngestKeyedIdentityKillLoop(t *testing.T) {
 			keyedCaughtUp(t, db, dir, p)
 			p.signal(syscall.SIGTERM)
 			if code := p.wait(t, 30*time.Second); code != 0 {
-				t.Fatalf("final ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.bytes())
+				t.Fatalf("final ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.Bytes())
 			}
 		} else {
 			d := time.Duration(200+rand.IntN(1300)) * time.Millisecond
@@ -509,14 +509,14 @@ func TestIngestKeyedIdentityKillLoop(t *testing.T) {
 			}
 		}
 		if k == kills {
-			spilled = string(p.stderr.bytes())
+			spilled = string(p.stderr.Bytes())
 		}
-		if ls := keyLine.FindAllString(string(p.stderr.bytes()), -1); len(ls) > 0 {
+		if ls := keyLine.FindAllString(string(p.stderr.Bytes()), -1); len(ls) > 0 {
 			rebuilt++
 			lastKeyLines = ls
 		}
-		if strings.Contains(string(p.stderr.bytes()), "definite error") {
-			t.Fatalf("run %d: a definite error\nstderr:\n%s", k, p.stderr.bytes())
+		if strings.Contains(string(p.stderr.Bytes()), "definite error") {
+			t.Fatalf("run %d: a definite error\nstderr:\n%s", k, p.stderr.Bytes())
 		}
 		reads, last, rows := keyedWalk(t, dir, keyedLayout, exactCheck(writer.log(), writer.initial, &matched, writer.log))
 		if err := ingesttest.CompareReads(seen, reads); err != nil {
@@ -560,9 +560,9 @@ func TestIngestIdentityBecomesDefault(t *testing.T) {
 	keyedCaughtUp(t, db, dir, p)
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.bytes())
+		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.Bytes())
 	}
-	stderr := string(p.stderr.bytes())
+	stderr := string(p.stderr.Bytes())
 	if !strings.Contains(stderr, "transient failure; retrying") || !strings.Contains(stderr, "the replica identity of public.t is DEFAULT in the stream") ||
 		!regexp.MustCompile(`msg="key state rebuilt from the store".*collection=public.t identity=default key=id keys=20 `).MatchString(stderr) {
 		t.Errorf("the ingest did not resume with the key state of public.t:\n%s", stderr)
@@ -683,29 +683,29 @@ func TestIngestKeyedSchemaChanges(t *testing.T) {
 		if i == 0 {
 			txn(false, "UPDATE k SET c = 8 WHERE a = 1", fmt.Sprintf("INSERT INTO k (a, b, v, c) VALUES (%d, 'z', 3, 9)", next))
 		}
-		for deadline := time.Now().Add(60 * time.Second); strings.Count(string(p.stderr.bytes()), `msg="re-snapshot done"`) <= i; time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(60 * time.Second); strings.Count(string(p.stderr.Bytes()), `msg="re-snapshot done"`) <= i; time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) || p.exited() {
-				t.Fatalf("no re-snapshot after %q\nstderr:\n%s", ddl, p.stderr.bytes())
+				t.Fatalf("no re-snapshot after %q\nstderr:\n%s", ddl, p.stderr.Bytes())
 			}
 		}
 		work(false)
 	}
-	if n := strings.Count(string(p.stderr.bytes()), `msg="re-snapshot done"`); n != len(changes) || !strings.Contains(string(p.stderr.bytes()), "bytes_per_key=") {
-		t.Errorf("%d re-snapshots with a key state read from the copy, want %d:\n%s", n, len(changes), p.stderr.bytes())
+	if n := strings.Count(string(p.stderr.Bytes()), `msg="re-snapshot done"`); n != len(changes) || !strings.Contains(string(p.stderr.Bytes()), "bytes_per_key=") {
+		t.Errorf("%d re-snapshots with a key state read from the copy, want %d:\n%s", n, len(changes), p.stderr.Bytes())
 	}
 	keyedCaughtUp(t, db, dir, p)
 	before := bindingReads(t, dir, "pg", "public.k")
 	p.kill(t)
-	firstStderr := string(p.stderr.bytes())
+	firstStderr := string(p.stderr.Bytes())
 	p = startProc(t, nil, args...)
 	work(false)
 	keyedCaughtUp(t, db, dir, p)
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.bytes())
+		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.Bytes())
 	}
-	if strings.Contains(string(p.stderr.bytes()), "definite error") {
-		t.Errorf("a definite error:\n%s", p.stderr.bytes())
+	if strings.Contains(string(p.stderr.Bytes()), "definite error") {
+		t.Errorf("a definite error:\n%s", p.stderr.Bytes())
 	}
 	after := bindingReads(t, dir, "pg", "public.k")
 	for at, rows := range before {
@@ -797,18 +797,18 @@ func TestIngestKeyedKillDuringResnapshot(t *testing.T) {
 		"ALTER TABLE k DROP COLUMN c",
 	}
 	for i, ddl := range changes {
-		count := func(what string) int { return strings.Count(string(p.stderr.bytes()), what) }
+		count := func(what string) int { return strings.Count(string(p.stderr.Bytes()), what) }
 		started := count(`msg=re-snapshot `)
 		txn(ddl, "UPDATE k SET v = v + 100 WHERE a = 2")
 		for deadline := time.Now().Add(60 * time.Second); count(`msg=re-snapshot `) <= started; time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) || p.exited() {
-				t.Fatalf("no re-snapshot after %q\nstderr:\n%s", ddl, p.stderr.bytes())
+				t.Fatalf("no re-snapshot after %q\nstderr:\n%s", ddl, p.stderr.Bytes())
 			}
 		}
 		time.Sleep(time.Duration(i) * 40 * time.Millisecond) // at its start, then into it
 		p.kill(t)
 		unfinished := count(`msg=re-snapshot `) > count(`msg="re-snapshot done"`)
-		stderrs = append(stderrs, string(p.stderr.bytes()))
+		stderrs = append(stderrs, string(p.stderr.Bytes()))
 		work()
 		p = startProc(t, nil, args...)
 		work()
@@ -827,13 +827,13 @@ func TestIngestKeyedKillDuringResnapshot(t *testing.T) {
 	}()
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.bytes())
+		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.Bytes())
 	}
-	if strings.Contains(string(p.stderr.bytes()), "definite error") {
-		t.Errorf("a definite error:\n%s", p.stderr.bytes())
+	if strings.Contains(string(p.stderr.Bytes()), "definite error") {
+		t.Errorf("a definite error:\n%s", p.stderr.Bytes())
 	}
 	checked := checkKeyedSnaps(t, db, dir, w.snaps)
-	kept := strings.Count(strings.Join(append(stderrs, string(p.stderr.bytes())), ""), "the copy kept before a restart")
+	kept := strings.Count(strings.Join(append(stderrs, string(p.stderr.Bytes())), ""), "the copy kept before a restart")
 	t.Logf("%d transactions, %d bindings exact; %d of %d kills during a re-snapshot, %d copies kept before a kill handed over again", len(w.snaps), checked, during, len(changes), kept)
 }
 
@@ -851,7 +851,7 @@ func TestIngestKillDuringStagedResnapshot(t *testing.T) {
 		"INSERT INTO k SELECT g, repeat('b', 100) || g, g FROM generate_series(1, 150000) g")
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.bytes())
+		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.Bytes())
 	}
 	// The ingest reaches PostgreSQL through a proxy: while a copy is to be
 	// killed, the proxy slows it to seconds and, at the kill point, stalls
@@ -892,7 +892,7 @@ func TestIngestKillDuringStagedResnapshot(t *testing.T) {
 	// The first two kills aim at the copy while it is staged, the last at
 	// just after its hand-over.
 	for i, ddl := range []string{"ALTER TABLE k ADD COLUMN c int NOT NULL DEFAULT 7", "ALTER TABLE k ALTER COLUMN v TYPE bigint", "ALTER TABLE k DROP COLUMN c"} {
-		count := func(what string) int { return strings.Count(string(p.stderr.bytes()), what) }
+		count := func(what string) int { return strings.Count(string(p.stderr.Bytes()), what) }
 		started, done := count(`msg=re-snapshot `), count(`msg="re-snapshot done"`)
 		if i < 2 {
 			px.SetBandwidthDir(testenv.ToClient, 4<<20) // the 16 MB copy takes about 4 s
@@ -905,7 +905,7 @@ func TestIngestKillDuringStagedResnapshot(t *testing.T) {
 		}
 		for ; !ready(); time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) || p.exited() {
-				t.Fatalf("re-snapshot after %q: not at the kill point\nstderr:\n%s", ddl, p.stderr.bytes())
+				t.Fatalf("re-snapshot after %q: not at the kill point\nstderr:\n%s", ddl, p.stderr.Bytes())
 			}
 		}
 		if i < 2 {
@@ -918,7 +918,7 @@ func TestIngestKillDuringStagedResnapshot(t *testing.T) {
 			midCopy++
 			strays += staged()
 		}
-		stderrs = append(stderrs, string(p.stderr.bytes()))
+		stderrs = append(stderrs, string(p.stderr.Bytes()))
 		work()
 		p = startProc(t, nil, args...)
 		work()
@@ -929,9 +929,9 @@ func TestIngestKillDuringStagedResnapshot(t *testing.T) {
 	}
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.bytes())
+		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.Bytes())
 	}
-	stderr := string(p.stderr.bytes())
+	stderr := string(p.stderr.Bytes())
 	if strings.Contains(stderr, "definite error") {
 		t.Errorf("a definite error:\n%s", stderr)
 	}

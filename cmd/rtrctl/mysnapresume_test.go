@@ -177,7 +177,7 @@ func TestMySQLIngestSnapshotResume(t *testing.T) {
 	}
 	second.signal(syscall.SIGTERM)
 	if code := second.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("second ingest after SIGTERM: exit %d\nstderr:\n%s", code, second.stderr.bytes())
+		t.Fatalf("second ingest after SIGTERM: exit %d\nstderr:\n%s", code, second.stderr.Bytes())
 	}
 	checkSnapshotRemoved(t, dir, "mysql")
 
@@ -322,7 +322,7 @@ func TestMySQLIngestSnapshotResumeAnew(t *testing.T) {
 	}
 	second.signal(syscall.SIGTERM)
 	if code := second.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("second ingest after SIGTERM: exit %d\nstderr:\n%s", code, second.stderr.bytes())
+		t.Fatalf("second ingest after SIGTERM: exit %d\nstderr:\n%s", code, second.stderr.Bytes())
 	}
 	checkSnapshotRemoved(t, dir, "mysql")
 }

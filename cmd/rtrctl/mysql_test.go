@@ -363,7 +363,7 @@ func TestMySQLIngestResnapshot(t *testing.T) {
 	args := append(fx.IngestArgs(dir, source), "--interval", "20ms")
 	p := startProc(t, []string{"RTR_FAULT_EXIT_AFTER_COMMIT=" + a}, args...)
 	if code := p.wait(t, 30*time.Second); code != 137 {
-		t.Fatalf("exit %d, want 137\n%s", code, p.stderr.bytes())
+		t.Fatalf("exit %d, want 137\n%s", code, p.stderr.Bytes())
 	}
 	// Time 0 must be the tables as they were before these changes: of b
 	// an update, an insert and a delete (4 row events: an update is two).
@@ -375,10 +375,10 @@ func TestMySQLIngestResnapshot(t *testing.T) {
 	ingesttest.WaitEqual(t, fx, dir, lay, binProc{p}, 60*time.Second)
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("exit %d\n%s", code, p.stderr.bytes())
+		t.Fatalf("exit %d\n%s", code, p.stderr.Bytes())
 	}
-	if !regexp.MustCompile(`msg="snapshot staged".* rows_copied=0 rows_resumed=[1-9]`).Match(p.stderr.bytes()) || !strings.Contains(string(p.stderr.bytes()), "rewound=0") {
-		t.Fatalf("the second snapshot did not take the staged copy of the first as it was:\n%s", p.stderr.bytes())
+	if !regexp.MustCompile(`msg="snapshot staged".* rows_copied=0 rows_resumed=[1-9]`).Match(p.stderr.Bytes()) || !strings.Contains(string(p.stderr.Bytes()), "rewound=0") {
+		t.Fatalf("the second snapshot did not take the staged copy of the first as it was:\n%s", p.stderr.Bytes())
 	}
 	_, s0, err := ingesttest.FirstBinding(ctxT(t), dir, lay.Sources[0])
 	if err != nil {

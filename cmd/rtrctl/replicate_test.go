@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -151,24 +150,6 @@ func TestReplicateCLI(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for one writer and a poller.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) bytes() []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return bytes.Clone(l.b.Bytes())
-}
-
 // pipeRows counts the data rows of a pipe and reports whether all of it
 // read cleanly (complete streams only).
 func pipeRows(b []byte) (int, error) {
@@ -205,13 +186,13 @@ func TestReplicateCLIInterrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var out lockedBuffer
+	var out testenv.LogBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- runReplicate(ctx, &out, replicateOptions{source: "pg", cfg: replicateCfg(dsn, slot)})
 	}()
 	deadline := time.Now().Add(15 * time.Second)
-	for n, _ := pipeRows(out.bytes()); n < 10; n, _ = pipeRows(out.bytes()) {
+	for n, _ := pipeRows(out.Bytes()); n < 10; n, _ = pipeRows(out.Bytes()) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d rows after 15 s", n)
 		}
@@ -222,7 +203,7 @@ func TestReplicateCLIInterrupt(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("runReplicate = %v, want context.Canceled", err)
 	}
-	n, err := pipeRows(out.bytes())
+	n, err := pipeRows(out.Bytes())
 	if err != nil {
 		t.Fatalf("pipe after interrupt: %v", err)
 	}

@@ -96,7 +96,7 @@ func TestS3StoreIngestFencing(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		t.Fatalf("%s: the store does not read as the topic within 30s:\nread %s\nwant %s\ningest stderr:\n%s", who, got, want, p.stderr.bytes())
+		t.Fatalf("%s: the store does not read as the topic within 30s:\nread %s\nwant %s\ningest stderr:\n%s", who, got, want, p.stderr.Bytes())
 	}
 	exact("first ingest", a)
 
@@ -124,10 +124,10 @@ func TestS3StoreIngestFencing(t *testing.T) {
 	}
 	a.signal(syscall.SIGCONT)
 	if code := a.wait(t, 30*time.Second); code == 0 {
-		t.Fatalf("the paused ingest exited 0 after losing its lease:\n%s", a.stderr.bytes())
+		t.Fatalf("the paused ingest exited 0 after losing its lease:\n%s", a.stderr.Bytes())
 	}
-	if !strings.Contains(string(a.stderr.bytes()), "writer lease of this source was lost") {
-		t.Fatalf("the paused ingest did not report the lost lease:\n%s", a.stderr.bytes())
+	if !strings.Contains(string(a.stderr.Bytes()), "writer lease of this source was lost") {
+		t.Fatalf("the paused ingest did not report the lost lease:\n%s", a.stderr.Bytes())
 	}
 	produce(40)
 	exact("second ingest after the first resumed", b)
@@ -173,14 +173,14 @@ func TestS3StoreIngestFencing(t *testing.T) {
 	if code != 0 || fmt.Sprint(jsonKV(t, out)) != fmt.Sprint(model) {
 		t.Fatalf("read --recent from another host: exit %d\n%s\n%s\nwant %v", code, out, errOut, model)
 	}
-	for _, s := range []string{out, errOut, string(b.stderr.bytes())} {
+	for _, s := range []string{out, errOut, string(b.stderr.Bytes())} {
 		if strings.Contains(s, s3.SecretKey) {
 			t.Fatalf("the secret key appears in output:\n%s", s)
 		}
 	}
 	b.signal(syscall.SIGTERM)
 	if code := b.wait(t, 20*time.Second); code != 0 {
-		t.Fatalf("second ingest exited %d:\n%s", code, b.stderr.bytes())
+		t.Fatalf("second ingest exited %d:\n%s", code, b.stderr.Bytes())
 	}
 }
 

@@ -242,7 +242,7 @@ func snapshotResume(t *testing.T, identity string, insertsOnly bool) (float64, s
 
 	second.signal(syscall.SIGTERM)
 	if code := second.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("second ingest after SIGTERM: exit %d\nstderr:\n%s", code, second.stderr.bytes())
+		t.Fatalf("second ingest after SIGTERM: exit %d\nstderr:\n%s", code, second.stderr.Bytes())
 	}
 	checkSnapshotRemoved(t, dir, "pg")
 	t.Logf("%d rows upstream, exact at %d", len(want), at)
@@ -264,7 +264,7 @@ func killAtHalf(t *testing.T, p *proc, dir, source string, collections []string,
 			break
 		}
 		if p.exited() || time.Now().After(deadline) {
-			t.Fatalf("the first ingest did not get half through its snapshot (%d of %d chunks)\nstderr:\n%s", done, total, p.stderr.bytes())
+			t.Fatalf("the first ingest did not get half through its snapshot (%d of %d chunks)\nstderr:\n%s", done, total, p.stderr.Bytes())
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -274,8 +274,8 @@ func killAtHalf(t *testing.T, p *proc, dir, source string, collections []string,
 	}
 	done, _, doneRows, _ := readSnapRecordChunks(dir, source)
 	t.Logf("killed with %d of %d chunks done (%d rows)", done, total, doneRows)
-	if !strings.Contains(string(p.stderr.bytes()), `msg="snapshot progress"`) {
-		t.Errorf("no progress line in the first run's log:\n%s", p.stderr.bytes())
+	if !strings.Contains(string(p.stderr.Bytes()), `msg="snapshot progress"`) {
+		t.Errorf("no progress line in the first run's log:\n%s", p.stderr.Bytes())
 	}
 
 	// Nothing staged is visible: the collections have no rows and no
@@ -341,13 +341,13 @@ func resumeSnapshot(t *testing.T, args []string, dir, source string, doneRows in
 	t.Helper()
 	p := startProc(t, nil, args...)
 	deadline := time.Now().Add(120 * time.Second)
-	for !strings.Contains(string(p.stderr.bytes()), `msg="snapshot done"`) {
+	for !strings.Contains(string(p.stderr.Bytes()), `msg="snapshot done"`) {
 		if p.exited() || time.Now().After(deadline) {
-			t.Fatalf("the second ingest did not finish its snapshot\nstderr:\n%s", p.stderr.bytes())
+			t.Fatalf("the second ingest did not finish its snapshot\nstderr:\n%s", p.stderr.Bytes())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	log := string(p.stderr.bytes())
+	log := string(p.stderr.Bytes())
 	m := stagedLineRe.FindStringSubmatch(log)
 	if m == nil {
 		t.Fatalf("no snapshot staged line in the second run's log:\n%s", log)
@@ -388,7 +388,7 @@ func startPlanned(t *testing.T, args []string, dir, source string) (*proc, time.
 	deadline := time.Now().Add(90 * time.Second)
 	for _, _, _, ok := readSnapRecordChunks(dir, source); !ok; _, _, _, ok = readSnapRecordChunks(dir, source) {
 		if p.exited() || time.Now().After(deadline) {
-			t.Fatalf("the first ingest planned no snapshot\nstderr:\n%s", p.stderr.bytes())
+			t.Fatalf("the first ingest planned no snapshot\nstderr:\n%s", p.stderr.Bytes())
 		}
 		time.Sleep(time.Millisecond)
 	}

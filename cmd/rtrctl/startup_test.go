@@ -23,7 +23,7 @@ func runTimed(t *testing.T, env []string, args ...string) (string, string, int, 
 	t0 := time.Now()
 	p := startProc(t, env, args...)
 	code := p.wait(t, 120*time.Second)
-	return string(p.stdout.bytes()), string(p.stderr.bytes()), code, time.Since(t0)
+	return string(p.stdout.Bytes()), string(p.stderr.Bytes()), code, time.Since(t0)
 }
 
 // dropIdleSlots drops the slots of u's database no ingest uses (each new
@@ -56,7 +56,7 @@ func TestWaitRecentAtIngestStart(t *testing.T) {
 			stdout, stderr, code, el = runTimed(t, nil, "read", dir, u.table, "--recent", "--timeout", "60s", "--format", "csv")
 		}
 		if code != exitOK {
-			t.Fatalf("run %d: exit %d\n%s\ningest:\n%s", i, code, stderr, ing.stderr.bytes())
+			t.Fatalf("run %d: exit %d\n%s\ningest:\n%s", i, code, stderr, ing.stderr.Bytes())
 		}
 		took = append(took, el)
 		var ids int
@@ -74,7 +74,7 @@ func TestWaitRecentAtIngestStart(t *testing.T) {
 		}
 		ing.signal(syscall.SIGTERM)
 		if c := ing.wait(t, 30*time.Second); c != exitOK {
-			t.Fatalf("run %d: ingest exit %d\n%s", i, c, ing.stderr.bytes())
+			t.Fatalf("run %d: ingest exit %d\n%s", i, c, ing.stderr.Bytes())
 		}
 		dropIdleSlots(t, u)
 	}

@@ -43,7 +43,7 @@ func TestIngestTablesSubsetHoldsTheSlot(t *testing.T) {
 	ingesttest.WaitEqualLog(t, dir, lay, log, binProc{p}, 60*time.Second)
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(t, 30*time.Second); code != exitOK {
-		t.Fatalf("first ingest: exit %d\n%s", code, p.stderr.bytes())
+		t.Fatalf("first ingest: exit %d\n%s", code, p.stderr.Bytes())
 	}
 	bDurable := collectionFrontier(t, dir, b)
 
@@ -62,7 +62,7 @@ func TestIngestTablesSubsetHoldsTheSlot(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for collectionFrontier(t, dir, a) < target {
 		if time.Now().After(deadline) || p.exited() {
-			t.Fatalf("the subset ingest did not follow %s to %s\n%s", a, target, p.stderr.bytes())
+			t.Fatalf("the subset ingest did not follow %s to %s\n%s", a, target, p.stderr.Bytes())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -70,12 +70,12 @@ func TestIngestTablesSubsetHoldsTheSlot(t *testing.T) {
 	if got := db.slotConfirmed(t, fx.slot); got > bDurable {
 		t.Errorf("the subset ingest confirmed the slot to %s, past %s where %s (not read) is durable", got, bDurable, b)
 	}
-	if !strings.Contains(string(p.stderr.bytes()), b) {
-		t.Errorf("the subset ingest did not say which collection holds the slot back:\n%s", p.stderr.bytes())
+	if !strings.Contains(string(p.stderr.Bytes()), b) {
+		t.Errorf("the subset ingest did not say which collection holds the slot back:\n%s", p.stderr.Bytes())
 	}
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(t, 30*time.Second); code != exitOK {
-		t.Fatalf("subset ingest: exit %d\n%s", code, p.stderr.bytes())
+		t.Fatalf("subset ingest: exit %d\n%s", code, p.stderr.Bytes())
 	}
 
 	// 3. Every table again: it resumes and b catches up exactly.

@@ -76,7 +76,7 @@ func TestPGTLS(t *testing.T) {
 	}
 	p.signal(syscall.SIGINT)
 	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("ingest exited %d:\n%s", code, p.stderr.bytes())
+		t.Fatalf("ingest exited %d:\n%s", code, p.stderr.Bytes())
 	}
 
 	with := func(edit func(q url.Values)) string {
@@ -129,7 +129,7 @@ func TestMySQLTLS(t *testing.T) {
 	}, p)
 	p.signal(syscall.SIGINT)
 	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("ingest exited %d:\n%s", code, p.stderr.bytes())
+		t.Fatalf("ingest exited %d:\n%s", code, p.stderr.Bytes())
 	}
 
 	// tls=preferred: the binlog connection follows the first one, over

@@ -172,7 +172,7 @@ func TestTypesPostgres(t *testing.T) {
 	}
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.bytes())
+		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.Bytes())
 	}
 }
 
@@ -264,6 +264,6 @@ func TestIngestBadValuesPostgres(t *testing.T) {
 	}
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.bytes())
+		t.Fatalf("ingest after SIGTERM: exit %d\nstderr:\n%s", code, p.stderr.Bytes())
 	}
 }

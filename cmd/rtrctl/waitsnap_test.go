@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rtrctl/rtrctl/internal/testenv"
 	"github.com/rtrctl/rtrctl/pkg/store"
 )
 
@@ -128,7 +129,7 @@ func openPTY(t *testing.T) (ptmx, pts *os.File) {
 // terminalProc is rtrctl run with its stderr on a pseudo-terminal.
 type terminalProc struct {
 	cmd    *exec.Cmd
-	screen *lockedBuffer
+	screen *testenv.LogBuffer
 	read   chan struct{}
 }
 
@@ -138,7 +139,7 @@ func startOnTerminal(t *testing.T, args ...string) *terminalProc {
 	t.Helper()
 	ptmx, pts := openPTY(t)
 	defer pts.Close()
-	p := &terminalProc{cmd: exec.Command(rtrctlBin(t), args...), screen: &lockedBuffer{}, read: make(chan struct{})}
+	p := &terminalProc{cmd: exec.Command(rtrctlBin(t), args...), screen: &testenv.LogBuffer{}, read: make(chan struct{})}
 	p.cmd.Stderr = pts
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -167,7 +168,7 @@ func (p *terminalProc) wait(t *testing.T) string {
 	case <-time.After(200 * time.Millisecond):
 	}
 	if err != nil {
-		t.Fatalf("rtrctl %v on a terminal: %v\n%s", p.cmd.Args[1:], err, p.screen.bytes())
+		t.Fatalf("rtrctl %v on a terminal: %v\n%s", p.cmd.Args[1:], err, p.screen.Bytes())
 	}
-	return string(p.screen.bytes())
+	return string(p.screen.Bytes())
 }

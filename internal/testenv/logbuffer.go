@@ -25,3 +25,10 @@ func (l *LogBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// Bytes returns a copy of what was written so far.
+func (l *LogBuffer) Bytes() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return bytes.Clone(l.b.Bytes())
+}
