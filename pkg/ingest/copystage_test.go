@@ -254,6 +254,9 @@ func TestPGResnapshotStagingFails(t *testing.T) {
 	r := pt.start(PGConfig{})
 	t.Cleanup(func() { r.stop(t) })
 	r.wait(t, pt, func(string) bool { return true })
+	// A change streamed: the copies directory was swept at the start.
+	pt.exec(t, "UPDATE t SET v = v || 's' WHERE id = 1")
+	r.wait(t, pt, func(string) bool { return true })
 	copies := filepath.Join(pt.st.Dir(), "staged", "pg", "copies")
 	if err := os.RemoveAll(copies); err != nil {
 		t.Fatal(err)
@@ -268,7 +271,7 @@ func TestPGResnapshotStagingFails(t *testing.T) {
 	select {
 	case err := <-r.done:
 		r.cancel = nil
-		if err == nil || !strings.Contains(err.Error(), "stage") {
+		if err == nil || !strings.Contains(err.Error(), "stage the copy") {
 			t.Fatalf("ingest with an unwritable copies directory: %v, want a staging error\nlog:\n%s", err, r.logs.String())
 		}
 		t.Logf("the ingest failed: %v", err)

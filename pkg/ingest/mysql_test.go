@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -290,6 +292,57 @@ func TestMySQLIngestResnapshotInterrupted(t *testing.T) {
 	myQuery(t, locker, "UNLOCK TABLES")
 	r = startMyIngestOn(t, m, r.st, colls)
 	check("after a restart during the copy", "SELECT id, v, IFNULL(w, '(null)'), IFNULL(x, '(null)') FROM t")
+}
+
+// TestMySQLResnapshotStagingFails is TestPGResnapshotStagingFails for
+// MariaDB: a re-snapshot copy that cannot be staged fails the ingest and
+// records nothing; the restart copies again, exactly.
+func TestMySQLResnapshotStagingFails(t *testing.T) {
+	m, db, c := myDatabase(t)
+	myQuery(t, c, "CREATE TABLE t (id int PRIMARY KEY, v int)", "INSERT INTO t VALUES (1, 1)")
+	coll := db + ".t"
+	colls := []string{coll}
+	r := startMyIngest(t, m, colls)
+	r.caughtUp(t, myUpstream(t, c), colls)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, n := r.lastSession(); n > 0 {
+			break // streaming: the copies directory was swept
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no replication session")
+		}
+	}
+	copies := filepath.Join(r.st.Dir(), "staged", "mysql", "copies")
+	if err := os.RemoveAll(copies); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(copies), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(copies, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	myQuery(t, c, "ALTER TABLE t ADD COLUMN w int", "INSERT INTO t VALUES (2, 2, 2)")
+	select {
+	case err := <-r.done:
+		r.cancel()
+		r.cancel = nil
+		if err == nil || !strings.Contains(err.Error(), "stage the copy") {
+			t.Fatalf("ingest with an unwritable copies directory: %v, want a staging error", err)
+		}
+		t.Logf("the ingest failed: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the ingest did not fail")
+	}
+	if err := os.Remove(copies); err != nil {
+		t.Fatal(err)
+	}
+	r = startMyIngestOn(t, m, r.st, colls)
+	at := r.caughtUp(t, myUpstream(t, c), colls)
+	got, want := r.rowsAt(t, coll, at), selectRows(t, c, "SELECT id, v, IFNULL(w, '(null)') FROM t")
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("after the restart: the store holds %v, the table %v", got, want)
+	}
 }
 
 // TestMySQLIngestAltered: an ALTER TABLE ADD COLUMN re-snapshots the
