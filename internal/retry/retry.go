@@ -132,7 +132,7 @@ func IsPermanent(err error) bool {
 }
 
 func knownPermanent(err error) bool {
-	return pgPermanent(err) || mysqlPermanent(err) || kafkaPermanent(err) || tlsPermanent(err)
+	return pgPermanent(err) || mysqlPermanent(err) || kafkaPermanent(err) || TLSRejected(err)
 }
 
 // netTransient: errors of the network and of a connection that broke.

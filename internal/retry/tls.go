@@ -6,10 +6,10 @@ import (
 	"errors"
 )
 
-// tlsPermanent: a server certificate that does not verify (unknown
-// authority, another host name, expired) or a handshake the other side
-// refused: retrying gives the same answer.
-func tlsPermanent(err error) bool {
+// TLSRejected reports whether err is a server certificate that does not
+// verify (unknown authority, another host name, expired) or a handshake
+// the other side refused: retrying gives the same answer.
+func TLSRejected(err error) bool {
 	var unknown x509.UnknownAuthorityError
 	var host x509.HostnameError
 	var invalid x509.CertificateInvalidError

@@ -101,10 +101,10 @@ func (r *Registry) do(ctx context.Context, op string, f func(ctx context.Context
 			}
 			return rerr
 		}
-		if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
+		if retry.TLSRejected(err) {
 			// Not the registry going away: retrying will not help.
 			return retry.Permanent(hint.Wrap(fmt.Errorf("schema registry %s: %s: %w", r.cfg.URL, op, err),
-				"pass --schema-registry-ca with the CA that signed the registry's certificate (or --schema-registry-server-name)"))
+				"pass --schema-registry-ca with the CA that signed the registry's certificate (or --schema-registry-server-name); if the registry refused ours, check --schema-registry-cert and --schema-registry-key"))
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("schema registry %s: %s: %w", r.cfg.URL, op, err)
