@@ -172,19 +172,30 @@ func (f *avroFormat) Check(data []byte) error {
 // confluentHeader is the length of the Confluent framing.
 const confluentHeader = 5
 
+// confluentID is the schema id of Confluent-framed data (magic byte 0, a
+// 4-byte big-endian schema id, then the payload at confluentHeader) of the
+// format kind ("Avro", "JSON"); other is said after a bad magic byte (what
+// takes such bytes instead).
+func confluentID(data []byte, kind, other string) (uint32, error) {
+	if len(data) < confluentHeader {
+		return 0, fmt.Errorf("truncated: %d bytes, but Confluent-framed %s starts with 5 (magic byte 0 and a 4-byte schema id)", len(data), kind)
+	}
+	if data[0] != 0 {
+		return 0, fmt.Errorf("bad magic byte 0x%02x (want 0: the bytes are not Confluent-framed %s%s)", data[0], kind, other)
+	}
+	return binary.BigEndian.Uint32(data[1:confluentHeader]), nil
+}
+
 // decode returns the value of data under the reader schema.
 func (f *avroFormat) decode(data []byte) (any, error) {
 	if f.lastOK && bytes.Equal(f.last, data) {
 		return f.lastVal, nil
 	}
 	f.lastOK = false
-	if len(data) < confluentHeader {
-		return nil, fmt.Errorf("truncated: %d bytes, but Confluent-framed Avro starts with 5 (magic byte 0 and a 4-byte schema id)", len(data))
+	id, err := confluentID(data, "Avro", "; the bytes format takes any bytes")
+	if err != nil {
+		return nil, err
 	}
-	if data[0] != 0 {
-		return nil, fmt.Errorf("bad magic byte 0x%02x (want 0: the bytes are not Confluent-framed Avro; the bytes format takes any bytes)", data[0])
-	}
-	id := binary.BigEndian.Uint32(data[1:confluentHeader])
 	ws, err := f.writer(id)
 	if err != nil {
 		return nil, err

@@ -80,13 +80,10 @@ type avroSkip struct {
 // changePlan returns the compiled writer schema of data's id (key
 // plans when key is set).
 func (f *avroFormat) changePlan(data []byte, key bool) (*avroPlan, []byte, error) {
-	if len(data) < confluentHeader {
-		return nil, nil, fmt.Errorf("truncated: %d bytes, but Confluent-framed Avro starts with 5 (magic byte 0 and a 4-byte schema id)", len(data))
+	id, err := confluentID(data, "Avro", "")
+	if err != nil {
+		return nil, nil, err
 	}
-	if data[0] != 0 {
-		return nil, nil, fmt.Errorf("bad magic byte 0x%02x (want 0: the bytes are not Confluent-framed Avro)", data[0])
-	}
-	id := binary.BigEndian.Uint32(data[1:confluentHeader])
 	plans := &f.valPlans
 	if key {
 		plans = &f.keyPlans

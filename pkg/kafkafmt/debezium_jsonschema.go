@@ -3,7 +3,6 @@ package kafkafmt
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,13 +41,10 @@ type jsDbzPlans struct {
 // dbzPlan returns the plan of data's writer schema in role ('k' or 'v')
 // and the document.
 func (f *jsonSchemaFormat) dbzPlan(data []byte, role byte) (*jsDbzPlan, []byte, error) {
-	if len(data) < confluentHeader {
-		return nil, nil, fmt.Errorf("truncated: %d bytes, but Confluent-framed JSON starts with 5 (magic byte 0 and a 4-byte schema id)", len(data))
+	id, err := confluentID(data, "JSON", "; the json format takes JsonConverter's JSON")
+	if err != nil {
+		return nil, nil, err
 	}
-	if data[0] != 0 {
-		return nil, nil, fmt.Errorf("bad magic byte 0x%02x (want 0: the bytes are not Confluent-framed JSON; the json format takes JsonConverter's JSON)", data[0])
-	}
-	id := binary.BigEndian.Uint32(data[1:confluentHeader])
 	key := [2]uint32{uint32(role), id}
 	if p, ok := f.dbz.plans[key]; ok {
 		return p, data[confluentHeader:], nil

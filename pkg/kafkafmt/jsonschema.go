@@ -133,13 +133,10 @@ func (f *jsonSchemaFormat) decode(data []byte) (any, error) {
 		return f.lastVal, nil
 	}
 	f.lastOK = false
-	if len(data) < confluentHeader {
-		return nil, fmt.Errorf("truncated: %d bytes, but Confluent-framed JSON starts with 5 (magic byte 0 and a 4-byte schema id)", len(data))
+	id, err := confluentID(data, "JSON", "; the json format takes plain JSON")
+	if err != nil {
+		return nil, err
 	}
-	if data[0] != 0 {
-		return nil, fmt.Errorf("bad magic byte 0x%02x (want 0: the bytes are not Confluent-framed JSON; the json format takes plain JSON)", data[0])
-	}
-	id := binary.BigEndian.Uint32(data[1:confluentHeader])
 	ws, err := f.writer(id)
 	if err != nil {
 		return nil, err
